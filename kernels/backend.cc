@@ -1,0 +1,76 @@
+#include "kernels/backend.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace maxsimd {
+
+absl::Status ValidateSearchParams(const SearchParams& p,
+                                  const BackendLimits& limits,
+                                  size_t num_results) {
+  if (p.num_queries < 0 || p.num_queries > limits.max_batch_queries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Search: num_queries is ", p.num_queries,
+                     ", the limit is ", limits.max_batch_queries));
+  }
+  if (num_results != static_cast<size_t>(p.num_queries)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Search: results has ", num_results,
+                     " entries for num_queries ", p.num_queries));
+  }
+  if (p.dim <= 0 || p.dim > limits.max_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Search: dim is ", p.dim, ", must be in [1, ", limits.max_dim, "]"));
+  }
+  if (p.num_queries > 0 && (p.query_offsets == nullptr || p.top_k == nullptr)) {
+    return absl::InvalidArgumentError(
+        "Search: query_offsets and top_k are required");
+  }
+  const int64_t total_tokens =
+      p.num_queries > 0 ? p.query_offsets[p.num_queries] : 0;
+  if (total_tokens > limits.max_batch_query_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Search: the batch has ", total_tokens,
+                     " query tokens, the limit is ",
+                     limits.max_batch_query_tokens));
+  }
+  for (int32_t q = 0; q < p.num_queries; ++q) {
+    if (p.query_offsets[q + 1] < p.query_offsets[q]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Search: query_offsets decreases at query ", q));
+    }
+    if (p.top_k[q] < 1 || p.top_k[q] > kMaxTopK) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Search: top_k[", q, "] is ", p.top_k[q],
+                       ", must be in [1, ", kMaxTopK, "]"));
+    }
+  }
+  for (size_t s = 0; s < p.segments.size(); ++s) {
+    const SegmentView& v = p.segments[s].host;
+    if (v.dim != p.dim || p.segments[s].resident.dim != p.dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Search: segments[", s, "].dim is ", v.dim,
+                       ", the queries have dim ", p.dim));
+    }
+  }
+  if (p.candidate_offsets != nullptr && p.num_queries > 0) {
+    const int64_t total = p.candidate_offsets[p.num_queries];
+    if (total > limits.max_batch_candidates) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Search: the batch has ", total,
+                       " candidates, the limit is ",
+                       limits.max_batch_candidates));
+    }
+    for (int64_t c = 0; c < total; ++c) {
+      const DocRef& r = p.candidates[c];
+      if (r.segment < 0 || static_cast<size_t>(r.segment) >= p.segments.size() ||
+          r.doc < 0 || r.doc >= p.segments[r.segment].host.num_docs) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Search: candidates[", c, "] = (", r.segment, ", ", r.doc,
+            ") is outside the segment list"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,128 @@
+// The compute backend interface: exact MaxSim + top-k over ragged segments,
+// implemented by the CPU backend (maxsim_cpu.h) and the GPU backend
+// (gpu_backend.h, built with MAXSIMD_WITH_CUDA).
+//
+//   score(q, d) = sum over query tokens s of max over doc tokens t of <q_s, d_t>
+//
+// with fp32 accumulation; a document with no tokens scores -inf.
+//
+// Ownership: the index owns segment data on the host and asks the backend to
+// make a resident copy of each array (Upload). The returned buffer owns that
+// copy (device memory for the GPU backend; the CPU backend points at the host
+// array, which the index keeps alive for at least as long as the buffer).
+// Search() reads views built from those buffers and writes plain host
+// results.
+//
+// Thread-safety: every method may be called from any thread, concurrently.
+// A backend serialises internally where it must (the GPU backend hands each
+// call one of its worker slots, each with its own stream and workspace).
+#ifndef MAXSIMD_KERNELS_BACKEND_H_
+#define MAXSIMD_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// A read-only array resident where a backend computes. Destroying it frees
+// the backend's copy.
+class ResidentBuffer {
+ public:
+  virtual ~ResidentBuffer() = default;
+  virtual const void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// One segment as a search sees it: the host view (always valid; used for
+// planning, e.g. candidate offsets) and the resident view (the backend reads
+// its tokens there). For the CPU backend both views are the same memory.
+struct SegmentRef {
+  SegmentView host;
+  SegmentView resident;
+};
+
+// One batch of queries. Either every query scans all live documents of every
+// segment (candidate_offsets == nullptr), or every query has its own
+// candidate list. Scan and rerank batches never mix.
+//
+// Query tokens are fp32 in host memory, already L2-normalised by the caller
+// where the corpus asks for it. Query i owns rows
+// [query_offsets[i], query_offsets[i + 1]) of query_tokens; an empty query
+// scores 0 against every document.
+//
+// Candidate lists: query i's candidates are
+// candidates[candidate_offsets[i] .. candidate_offsets[i + 1]). Each pair is
+// scored as given: a duplicate is scored (and may be returned) twice, so the
+// server de-duplicates before it builds a batch. Tombstoned candidates are
+// skipped.
+struct SearchParams {
+  const float* query_tokens = nullptr;     // [total_query_tokens, dim]
+  const int64_t* query_offsets = nullptr;  // [num_queries + 1]
+  int32_t num_queries = 0;
+  int32_t dim = 0;
+  absl::Span<const SegmentRef> segments;
+  const int64_t* candidate_offsets = nullptr;  // [num_queries + 1] or null
+  const DocRef* candidates = nullptr;
+  const int32_t* top_k = nullptr;  // [num_queries], each in [1, kMaxTopK]
+};
+
+// Where the time of one Search() went, in nanoseconds of wall time.
+struct SearchTiming {
+  int64_t h2d_ns = 0;     // staging + host-to-device copies
+  int64_t kernel_ns = 0;  // MaxSim scoring (and fused partial top-k)
+  int64_t topk_ns = 0;    // final top-k merge
+  int64_t d2h_ns = 0;     // device-to-host copies of the results
+};
+
+// Limits a backend sizes its workspace for at start-up. A batch beyond them
+// is refused with INVALID_ARGUMENT naming the limit.
+struct BackendLimits {
+  int32_t max_batch_queries = 256;
+  int64_t max_batch_query_tokens = 256 * 1024;
+  int64_t max_batch_candidates = 1 << 22;
+  int32_t max_dim = 4096;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "gpu:<ordinal>".
+  virtual std::string name() const = 0;
+  virtual const BackendLimits& limits() const = 0;
+
+  // Copies `bytes` bytes from host memory into the backend's memory. The
+  // CPU backend returns a view of `host` itself (no copy). Errors:
+  // RESOURCE_EXHAUSTED when the device has no room; the caller's state is
+  // untouched.
+  virtual absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
+      const void* host, size_t bytes) = 0;
+
+  // Ranks documents for every query of `params`. results[i] receives query
+  // i's top min(top_k[i], live documents) entries in RanksBefore order.
+  // `timing` may be null.
+  virtual absl::Status Search(const SearchParams& params,
+                              absl::Span<std::vector<ScoredDoc>> results,
+                              SearchTiming* timing) = 0;
+
+  // False after a sticky device error; the server then reports NOT_SERVING.
+  virtual bool healthy() const = 0;
+};
+
+// Checks a batch against the limits and the views' shapes, shared by every
+// backend. Names the field and the limit in the message.
+absl::Status ValidateSearchParams(const SearchParams& params,
+                                  const BackendLimits& limits,
+                                  size_t num_results);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_BACKEND_H_

@@ -1,0 +1,55 @@
+#include "kernels/element.h"
+
+namespace maxsimd {
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
+void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
+                    float* out) {
+  switch (dtype) {
+    case DType::kFloat32:
+      std::memcpy(out, static_cast<const float*>(base) + first,
+                  static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(base) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(src[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(base) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(src[i]);
+      return;
+    }
+  }
+}
+
+void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out) {
+  switch (dtype) {
+    case DType::kFloat32:
+      std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kFloat16: {
+      uint16_t* dst = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < n; ++i) dst[i] = FloatToHalf(in[i]);
+      return;
+    }
+    case DType::kBFloat16: {
+      uint16_t* dst = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBFloat16(in[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace maxsimd

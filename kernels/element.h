@@ -1,0 +1,37 @@
+// Host-side element access for embedding arrays of any DType.
+//
+// Thread-safety: pure functions.
+#ifndef MAXSIMD_KERNELS_ELEMENT_H_
+#define MAXSIMD_KERNELS_ELEMENT_H_
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/half.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// Element i of an array of `dtype` elements, as fp32.
+inline float LoadAsFloat(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kBFloat16:
+      return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+  }
+  return 0.f;
+}
+
+// Converts n elements starting at element `first` of `base` to fp32.
+void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
+                    float* out);
+
+// Converts n fp32 values to `dtype`, writing n * DTypeSize(dtype) bytes.
+void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_ELEMENT_H_

@@ -1,0 +1,46 @@
+// The GPU backend: fused CUDA MaxSim + top-k over device-resident segments.
+//
+// This header carries no CUDA types, so server/ can include it. When the
+// project is built without CUDA, gpu_backend_none.cc provides the same API:
+// DeviceCount() is 0 and Create() answers UNIMPLEMENTED.
+//
+// Ownership: the backend owns, per worker slot, one CUDA stream, a device
+// workspace and pinned staging buffers, all allocated in Create() and sized
+// by `limits`; Search() allocates nothing. Buffers returned by Upload() own
+// device memory and may outlive no backend call in flight that reads them.
+//
+// Thread-safety: as Backend. Each Search() holds one worker slot for its
+// duration; with all slots busy a caller waits for one. A CUDA error that
+// leaves the context unusable is sticky: healthy() turns false and every
+// later call answers UNAVAILABLE.
+#ifndef MAXSIMD_KERNELS_GPU_BACKEND_H_
+#define MAXSIMD_KERNELS_GPU_BACKEND_H_
+
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace maxsimd {
+
+struct GpuBackendOptions {
+  int device = 0;       // CUDA device ordinal
+  int num_workers = 2;  // worker slots, each with its own stream + workspace
+  BackendLimits limits;
+};
+
+class GpuBackend {
+ public:
+  // Number of usable CUDA devices; 0 without a GPU, a driver, or CUDA
+  // support in this build. Never fails.
+  static int DeviceCount();
+
+  // Creates a backend on options.device. Errors: UNIMPLEMENTED without CUDA
+  // support, INVALID_ARGUMENT for a bad ordinal, RESOURCE_EXHAUSTED when the
+  // workspace does not fit, UNAVAILABLE for other CUDA failures.
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(
+      const GpuBackendOptions& options);
+};
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_GPU_BACKEND_H_

@@ -1,0 +1,29 @@
+// The scalar oracle: MaxSim in fp64 over fp32-decoded elements, with a full
+// sort for top-k. It is deliberately simple and slow; every backend's tests
+// compare against it.
+//
+// Thread-safety: pure functions over host memory.
+#ifndef MAXSIMD_KERNELS_MAXSIM_REFERENCE_H_
+#define MAXSIMD_KERNELS_MAXSIM_REFERENCE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// MaxSim of one query ([lq, seg.dim] fp32, host) against document `doc` of a
+// host segment view. A document with no tokens scores -inf (0 when lq == 0).
+// NaN products are ignored by the max, as fmax does.
+double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
+                      int64_t doc);
+
+// Full oracle for one batch: every query's exact top-k, reading only the
+// `host` views of params.segments.
+std::vector<std::vector<ScoredDoc>> ReferenceSearch(const SearchParams& params);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_MAXSIM_REFERENCE_H_

@@ -1,0 +1,88 @@
+// Plain types shared by the kernels, the index and the server: element
+// types, non-owning views of ragged token storage, and ranked results.
+//
+// No CUDA types appear here, so server/ and index/ can include it freely.
+// Views are non-owning and passed by value; whoever builds a view keeps the
+// memory alive for as long as the view is used.
+// Thread-safety: plain data; no synchronisation.
+#ifndef MAXSIMD_KERNELS_TYPES_H_
+#define MAXSIMD_KERNELS_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace maxsimd {
+
+// Largest top_k any backend must support.
+inline constexpr int kMaxTopK = 4096;
+
+// Element type of an embedding array. Values are part of the snapshot
+// format (index/FORMAT.md), so never renumber them.
+enum class DType : uint8_t {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+};
+
+inline constexpr size_t DTypeSize(DType t) {
+  return t == DType::kFloat32 ? 4 : 2;
+}
+
+const char* DTypeName(DType t);
+
+// One segment's ragged token storage. Document i owns token rows
+// [cu_seqlens[i], cu_seqlens[i + 1]) of `tokens`. All offsets are 64-bit so a
+// segment may hold more than 2^31 elements. The pointers live in one memory
+// space: host memory for the CPU backend, device memory for the GPU backend.
+struct SegmentView {
+  const void* tokens = nullptr;          // [num_tokens, dim] row-major, dtype
+  const int64_t* cu_seqlens = nullptr;   // [num_docs + 1], cu_seqlens[0] == 0
+  const uint32_t* tombstones = nullptr;  // num_docs bits, bit set = deleted;
+                                         // nullptr means nothing deleted
+  int64_t num_docs = 0;
+  int64_t num_tokens = 0;
+  int32_t dim = 0;
+  DType dtype = DType::kFloat16;
+  int64_t base_index = 0;  // internal index of document 0 of this segment
+};
+
+// True when document `doc` of a host-memory view is deleted.
+inline bool IsTombstoned(const uint32_t* tombstones, int64_t doc) {
+  return tombstones != nullptr &&
+         ((tombstones[doc >> 5] >> (doc & 31)) & 1u) != 0;
+}
+
+// A document addressed by segment position in a search's segment list and
+// its row within that segment.
+struct DocRef {
+  int32_t segment = 0;
+  int64_t doc = 0;
+};
+
+// One ranked result. `index` is the internal index (segment base_index plus
+// row), which is stable for the life of the document and breaks score ties:
+// the lower index ranks first.
+struct ScoredDoc {
+  float score = 0.f;
+  int64_t index = 0;
+};
+
+// Strict ranking order: higher score first, then lower internal index. NaN
+// ranks below every number so that a corrupt score never displaces a real one.
+inline bool RanksBefore(const ScoredDoc& a, const ScoredDoc& b) {
+  const bool a_nan = a.score != a.score;
+  const bool b_nan = b.score != b.score;
+  if (a_nan != b_nan) return b_nan;
+  if (!a_nan && a.score != b.score) return a.score > b.score;
+  return a.index < b.index;
+}
+
+inline bool operator==(const ScoredDoc& a, const ScoredDoc& b) {
+  return a.index == b.index &&
+         (a.score == b.score || (a.score != a.score && b.score != b.score));
+}
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_TYPES_H_
