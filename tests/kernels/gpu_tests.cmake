@@ -1,0 +1,1 @@
+# GPU tests (added with the CUDA backend).
