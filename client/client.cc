@@ -1,0 +1,361 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/half.h"
+
+namespace maxsimd {
+namespace {
+
+// Every call gets its own context; the deadline bounds the whole call,
+// stream calls included.
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) return;
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+// Appends n fp32 values to `out` as little-endian fp32 or fp16 bytes.
+// Tensors are little-endian on the wire; memcpy is correct because every
+// supported host (x86-64, aarch64) is little-endian.
+void AppendValues(const float* values, size_t n, bool float16,
+                  std::string* out) {
+  const size_t start = out->size();
+  if (!float16) {
+    out->resize(start + n * sizeof(float));
+    if (n > 0) std::memcpy(&(*out)[start], values, n * sizeof(float));
+    return;
+  }
+  out->resize(start + n * sizeof(uint16_t));
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = FloatToHalf(values[i]);
+    std::memcpy(&(*out)[start + i * sizeof(h)], &h, sizeof(h));
+  }
+}
+
+absl::Status ValidateBatch(const DocumentBatch& docs) {
+  if (docs.dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AddDocuments: dim must be >= 1, got ", docs.dim));
+  }
+  if (docs.cu_seqlens.size() != docs.ids.size() + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AddDocuments: cu_seqlens has ", docs.cu_seqlens.size(),
+        " entries, expected ids.size() + 1 = ", docs.ids.size() + 1));
+  }
+  if (docs.cu_seqlens[0] != 0) {
+    return absl::InvalidArgumentError("AddDocuments: cu_seqlens[0] must be 0");
+  }
+  for (size_t i = 0; i < docs.ids.size(); ++i) {
+    const int64_t len = docs.cu_seqlens[i + 1] - docs.cu_seqlens[i];
+    if (len < 0 || len > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddDocuments: document ", i, " ('", docs.ids[i],
+                       "') has an invalid token count ", len));
+    }
+  }
+  const int64_t total = docs.cu_seqlens.back();
+  if (static_cast<uint64_t>(total) * docs.dim != docs.tokens.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AddDocuments: tokens has ", docs.tokens.size(),
+                     " values, expected cu_seqlens.back() * dim = ", total,
+                     " * ", docs.dim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  // grpc::StatusCode and absl::StatusCode share the canonical numbering.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+Client::Client(const ClientOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(
+    const ClientOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("Client::Create: target is empty");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "Client::Create: timeout must be positive");
+  }
+  if (options.max_message_bytes <= 0 ||
+      options.max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Client::Create: max_message_bytes must be in [1, 2^31), got ",
+        options.max_message_bytes));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  std::unique_ptr<Client> client(new Client(options));
+  client->channel_ = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
+  client->reranker_ = v1::Reranker::NewStub(client->channel_);
+  client->admin_ = v1::Admin::NewStub(client->channel_);
+  return client;
+}
+
+v1::RerankRequest Client::ToRequest(const Query& query) const {
+  v1::RerankRequest request;
+  request.set_corpus(query.corpus);
+  v1::Tensor* tensor = request.mutable_query();
+  tensor->set_dtype(options_.send_float16 ? v1::DTYPE_FLOAT16
+                                          : v1::DTYPE_FLOAT32);
+  // A ragged tail (tokens.size() not a multiple of dim) is sent as is: the
+  // server rejects the byte length with a message naming the field.
+  const int64_t num_tokens =
+      query.dim > 0 ? static_cast<int64_t>(query.tokens.size()) / query.dim : 0;
+  tensor->add_shape(num_tokens);
+  tensor->add_shape(query.dim);
+  AppendValues(query.tokens.data(), query.tokens.size(), options_.send_float16,
+               tensor->mutable_data());
+  for (const std::string& id : query.candidate_ids) {
+    request.add_candidate_ids(id);
+  }
+  request.set_top_k(query.top_k);
+  request.set_request_id(query.request_id);
+  return request;
+}
+
+absl::StatusOr<v1::CorpusInfo> Client::CreateCorpus(
+    const v1::CreateCorpusRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::CorpusInfo info;
+  const grpc::Status status = admin_->CreateCorpus(&context, request, &info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return info;
+}
+
+absl::StatusOr<v1::AddDocumentsResponse> Client::AddDocuments(
+    const std::string& corpus, const DocumentBatch& docs, int64_t chunk_bytes) {
+  const absl::Status valid = ValidateBatch(docs);
+  if (!valid.ok()) return valid;
+  if (chunk_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AddDocuments: chunk_bytes must be positive, got ", chunk_bytes));
+  }
+  const bool float16 = options_.send_float16;
+  const int64_t row_bytes = static_cast<int64_t>(docs.dim) * (float16 ? 2 : 4);
+
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::AddDocumentsResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::AddDocumentsRequest>> writer =
+      admin_->AddDocuments(&context, &response);
+
+  const size_t num_docs = docs.ids.size();
+  size_t next = 0;
+  bool first = true;
+  // An empty batch still sends one message so that the server sees the
+  // corpus name and answers for it.
+  while (first || next < num_docs) {
+    // Take documents while the chunk stays within chunk_bytes; a document
+    // larger than chunk_bytes travels alone rather than being split.
+    size_t end = next;
+    int64_t bytes = 0;
+    while (end < num_docs) {
+      const int64_t doc_bytes =
+          (docs.cu_seqlens[end + 1] - docs.cu_seqlens[end]) * row_bytes;
+      if (end > next && bytes + doc_bytes > chunk_bytes) break;
+      bytes += doc_bytes;
+      ++end;
+    }
+    v1::AddDocumentsRequest message;
+    if (first) message.set_corpus(corpus);
+    v1::Tensor* tensor = message.mutable_tokens();
+    tensor->set_dtype(float16 ? v1::DTYPE_FLOAT16 : v1::DTYPE_FLOAT32);
+    const int64_t row_begin = docs.cu_seqlens[next];
+    const int64_t row_end = docs.cu_seqlens[end];
+    tensor->add_shape(row_end - row_begin);
+    tensor->add_shape(docs.dim);
+    for (size_t i = next; i < end; ++i) {
+      message.add_ids(docs.ids[i]);
+      message.add_token_counts(
+          static_cast<int32_t>(docs.cu_seqlens[i + 1] - docs.cu_seqlens[i]));
+    }
+    AppendValues(docs.tokens.data() + row_begin * docs.dim,
+                 static_cast<size_t>(row_end - row_begin) * docs.dim, float16,
+                 tensor->mutable_data());
+    first = false;
+    next = end;
+    // A failed write means the server has already ended the call; Finish()
+    // below returns its status.
+    if (!writer->Write(message)) break;
+  }
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::DeleteDocumentsResponse> Client::DeleteDocuments(
+    const std::string& corpus, const std::vector<std::string>& ids,
+    bool ignore_missing) {
+  v1::DeleteDocumentsRequest request;
+  request.set_corpus(corpus);
+  for (const std::string& id : ids) request.add_ids(id);
+  request.set_ignore_missing(ignore_missing);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::DeleteDocumentsResponse response;
+  const grpc::Status status =
+      admin_->DeleteDocuments(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status Client::DropCorpus(const std::string& name) {
+  v1::DropCorpusRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::DropCorpusResponse response;
+  return FromGrpcStatus(admin_->DropCorpus(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<v1::CorpusInfo>> Client::ListCorpora() {
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::ListCorporaResponse response;
+  const grpc::Status status =
+      admin_->ListCorpora(&context, v1::ListCorporaRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::CorpusInfo>(response.corpora().begin(),
+                                     response.corpora().end());
+}
+
+absl::StatusOr<v1::CorpusInfo> Client::GetCorpus(const std::string& name) {
+  v1::GetCorpusRequest request;
+  request.set_name(name);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::CorpusInfo info;
+  const grpc::Status status = admin_->GetCorpus(&context, request, &info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return info;
+}
+
+absl::StatusOr<v1::RerankResponse> Client::Rerank(const Query& query) {
+  const v1::RerankRequest request = ToRequest(query);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::RerankResponse response;
+  const grpc::Status status = reranker_->Rerank(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::RerankResponse>> Client::RerankBatch(
+    const std::vector<Query>& queries) {
+  v1::RerankBatchRequest request;
+  for (const Query& query : queries) *request.add_queries() = ToRequest(query);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::RerankBatchResponse response;
+  const grpc::Status status =
+      reranker_->RerankBatch(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (static_cast<size_t>(response.results_size()) != queries.size()) {
+    return absl::InternalError(
+        absl::StrCat("RerankBatch: server answered ", response.results_size(),
+                     " results for ", queries.size(), " queries"));
+  }
+  return std::vector<v1::RerankResponse>(response.results().begin(),
+                                         response.results().end());
+}
+
+absl::StatusOr<std::vector<v1::RerankResponse>> Client::RerankStream(
+    const std::vector<Query>& queries) {
+  // Assign ids to untagged queries and check that every id is unique, since
+  // responses can only be matched back by id.
+  std::vector<v1::RerankRequest> requests;
+  requests.reserve(queries.size());
+  absl::flat_hash_map<std::string, size_t> index_of;
+  for (size_t i = 0; i < queries.size(); ++i) {
+    requests.push_back(ToRequest(queries[i]));
+    if (requests.back().request_id().empty()) {
+      requests.back().set_request_id(absl::StrCat("stream-", i));
+    }
+    if (!index_of.emplace(requests.back().request_id(), i).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RerankStream: duplicate request_id '",
+                       requests.back().request_id(), "' (query ", i, ")"));
+    }
+  }
+
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  std::shared_ptr<
+      grpc::ClientReaderWriter<v1::RerankRequest, v1::RerankResponse>>
+      stream = reranker_->RerankStream(&context);
+
+  // Write from a second thread while this one reads: with both directions
+  // flow-controlled, a writer that waited for its last write before reading
+  // could stall against a server that is waiting for room to respond.
+  std::thread writer([&stream, &requests] {
+    for (const v1::RerankRequest& request : requests) {
+      if (!stream->Write(request)) break;  // the call has ended
+    }
+    stream->WritesDone();
+  });
+
+  std::vector<v1::RerankResponse> responses(queries.size());
+  std::vector<bool> seen(queries.size(), false);
+  size_t received = 0;
+  absl::Status protocol_error;
+  v1::RerankResponse response;
+  while (stream->Read(&response)) {
+    if (!protocol_error.ok()) continue;  // drain until the server is done
+    auto it = index_of.find(response.request_id());
+    if (it == index_of.end() || seen[it->second]) {
+      protocol_error = absl::InternalError(
+          absl::StrCat("RerankStream: unexpected response for request_id '",
+                       response.request_id(), "'"));
+      context.TryCancel();
+      continue;
+    }
+    seen[it->second] = true;
+    responses[it->second] = std::move(response);
+    response = v1::RerankResponse();
+    ++received;
+  }
+  writer.join();
+  const grpc::Status status = stream->Finish();
+  if (!protocol_error.ok()) return protocol_error;
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (received != queries.size()) {
+    return absl::InternalError(absl::StrCat("RerankStream: stream ended after ",
+                                            received, " responses to ",
+                                            queries.size(), " requests"));
+  }
+  return responses;
+}
+
+absl::StatusOr<int> Client::CheckHealth(const std::string& service) {
+  std::unique_ptr<grpc::health::v1::Health::Stub> health =
+      grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = health->Check(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return static_cast<int>(response.status());
+}
+
+}  // namespace maxsimd

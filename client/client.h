@@ -1,0 +1,103 @@
+// The C++ client library for maxsimd's Reranker and Admin services.
+//
+// Every call returns absl::Status/StatusOr: a gRPC error becomes the Status
+// with the same code and message. Embeddings are passed as fp32 host arrays
+// and sent as raw little-endian bytes (fp32, or fp16 when
+// ClientOptions::send_float16 is set).
+//
+// Thread-safety: a Client may be used from many threads at once; it holds one
+// channel and the generated stubs, which are thread-safe.
+#ifndef MAXSIMD_CLIENT_CLIENT_H_
+#define MAXSIMD_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "maxsimd/v1/admin.grpc.pb.h"
+#include "maxsimd/v1/reranker.grpc.pb.h"
+
+namespace maxsimd {
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";      // host:port, or any gRPC target
+  absl::Duration timeout = absl::Seconds(30);  // per call deadline
+  int64_t max_message_bytes = 64 << 20;
+  bool send_float16 = false;  // send embeddings as fp16 instead of fp32
+};
+
+// Documents to add: ids[i] owns token rows [cu_seqlens[i], cu_seqlens[i+1])
+// of `tokens` ([cu_seqlens.back(), dim] fp32, row-major).
+struct DocumentBatch {
+  int32_t dim = 0;
+  std::vector<std::string> ids;
+  std::vector<int64_t> cu_seqlens;
+  std::vector<float> tokens;
+};
+
+// One query: `tokens` is [num_tokens, dim] fp32, row-major.
+struct Query {
+  std::string corpus;
+  int32_t dim = 0;
+  std::vector<float> tokens;
+  std::vector<std::string> candidate_ids;  // empty: scan the whole corpus
+  int32_t top_k = 10;
+  std::string request_id;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Create(
+      const ClientOptions& options);
+
+  absl::StatusOr<v1::CorpusInfo> CreateCorpus(
+      const v1::CreateCorpusRequest& request);
+  // Streams the batch in messages of at most `chunk_bytes` of token data
+  // (documents are never split across messages); commits when all are sent.
+  absl::StatusOr<v1::AddDocumentsResponse> AddDocuments(
+      const std::string& corpus, const DocumentBatch& docs,
+      int64_t chunk_bytes = 8 << 20);
+  absl::StatusOr<v1::DeleteDocumentsResponse> DeleteDocuments(
+      const std::string& corpus, const std::vector<std::string>& ids,
+      bool ignore_missing = false);
+  absl::Status DropCorpus(const std::string& name);
+  absl::StatusOr<std::vector<v1::CorpusInfo>> ListCorpora();
+  absl::StatusOr<v1::CorpusInfo> GetCorpus(const std::string& name);
+
+  absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
+  absl::StatusOr<std::vector<v1::RerankResponse>> RerankBatch(
+      const std::vector<Query>& queries);
+  // Sends every query on one RerankStream and returns the responses in
+  // request order (matched by request_id, which it assigns when empty;
+  // duplicate ids are INVALID_ARGUMENT). A query the server rejects keeps
+  // its slot, with the error in the response's status_code and
+  // status_message; a failure of the stream itself fails the whole call.
+  absl::StatusOr<std::vector<v1::RerankResponse>> RerankStream(
+      const std::vector<Query>& queries);
+
+  // grpc.health.v1 Check for `service` ("" = the whole server). Returns the
+  // serving status enum value (1 = SERVING, 2 = NOT_SERVING).
+  absl::StatusOr<int> CheckHealth(const std::string& service = "");
+
+  // Builds the request message for a query (exposed for tests and tools).
+  v1::RerankRequest ToRequest(const Query& query) const;
+
+ private:
+  explicit Client(const ClientOptions& options);
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Reranker::Stub> reranker_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+// The absl::Status for a grpc::Status (same code and message).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_CLIENT_CLIENT_H_

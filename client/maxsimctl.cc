@@ -1,0 +1,1034 @@
+// maxsimctl: command-line tool for a maxsimd server (create and fill corpora,
+// run rerank and scan queries, check health) and a generator of synthetic
+// corpora for demos.
+//
+// Flags are parsed by hand rather than with absl flags because each command
+// has its own flags: a per-command table gives `maxsimctl <command> --help`
+// exactly the flags that command accepts, and rejects the others.
+//
+// Exit status: 0 success; 1 an RPC, file or data error; 2 a usage error;
+// 3 `health` answered but the service is not SERVING.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "index/npy.h"
+#include "index/synthetic.h"
+#include "kernels/status_macros.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitNotServing = 3;
+
+// ---------------------------------------------------------------------------
+// Command and flag tables: the single source of the help text and of which
+// flags each command accepts.
+
+struct FlagDef {
+  const char* name;   // without the leading "--"
+  const char* value;  // placeholder shown in help; nullptr for a boolean
+  const char* help;
+  const char* default_value;  // nullptr: required (non-boolean) or unset
+  bool required;
+};
+
+struct Globals {
+  ClientOptions options;
+  bool json = false;
+};
+
+class Flags;
+using RunFn = int (*)(const Globals&, const Flags&);
+
+struct CommandDef {
+  const char* name;
+  const char* summary;
+  std::vector<FlagDef> flags;
+  RunFn run;
+};
+
+const std::vector<FlagDef>& GlobalFlagDefs() {
+  static const std::vector<FlagDef> defs = {
+      {"target", "HOST:PORT", "server address", "127.0.0.1:50051", false},
+      {"json", nullptr, "print results as JSON", nullptr, false},
+      {"timeout", "DURATION", "deadline of each call (e.g. 500ms, 30s, 2m)",
+       "30s", false},
+      {"help", nullptr,
+       "show help (maxsimctl <command> --help for one command)", nullptr,
+       false},
+  };
+  return defs;
+}
+
+// The parsed flags of one command (defaults filled in).
+class Flags {
+ public:
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string Get(const std::string& name) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? std::string() : it->second;
+  }
+  bool Bool(const std::string& name) const {
+    auto it = values_.find(name);
+    return it != values_.end() && it->second == "true";
+  }
+  void Set(const std::string& name, std::string value) {
+    values_[name] = std::move(value);
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+absl::Status UsageError(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+int PrintError(const absl::Status& status, int exit_code) {
+  std::fprintf(stderr, "error: %s: %s\n",
+               absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str());
+  return exit_code;
+}
+
+// ---------------------------------------------------------------------------
+// Value parsing.
+
+absl::StatusOr<int64_t> ParseInt(const Flags& flags, const std::string& name,
+                                 int64_t min, int64_t max) {
+  int64_t v;
+  if (!absl::SimpleAtoi(flags.Get(name), &v) || v < min || v > max) {
+    return UsageError(absl::StrCat("--", name, " must be an integer in [", min,
+                                   ", ", max, "], got '", flags.Get(name),
+                                   "'"));
+  }
+  return v;
+}
+
+std::vector<std::string> SplitList(absl::string_view list) {
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(list, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!item.empty()) out.emplace_back(item);
+  }
+  return out;
+}
+
+// One id per line; '\r' line endings and blank lines are ignored.
+absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", path, "'"));
+  }
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    if (!trimmed.empty()) lines.emplace_back(trimmed);
+  }
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  }
+  return lines;
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("cannot write '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Output.
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));  // UTF-8 passes through
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// JSON has no NaN or infinity; they become null.
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.9g", v);
+}
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+const char* DTypeLabel(v1::DType t) {
+  switch (t) {
+    case v1::DTYPE_FLOAT32:
+      return "float32";
+    case v1::DTYPE_FLOAT16:
+      return "float16";
+    case v1::DTYPE_BFLOAT16:
+      return "bfloat16";
+    default:
+      return "unspecified";
+  }
+}
+
+const char* LayoutLabel(v1::Layout l) {
+  switch (l) {
+    case v1::LAYOUT_DENSE:
+      return "dense";
+    case v1::LAYOUT_INT8:
+      return "int8";
+    case v1::LAYOUT_PLAID:
+      return "plaid";
+    default:
+      return "unspecified";
+  }
+}
+
+const char* PlacementLabel(v1::Placement p) {
+  switch (p) {
+    case v1::PLACEMENT_AUTO:
+      return "auto";
+    case v1::PLACEMENT_GPU:
+      return "gpu";
+    case v1::PLACEMENT_HOST:
+      return "host";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string CorpusJson(const v1::CorpusInfo& c) {
+  return absl::StrCat(
+      "{\"name\":", JsonString(c.name()), ",\"dim\":", c.dim(),
+      ",\"layout\":", JsonString(LayoutLabel(c.layout())),
+      ",\"placement\":", JsonString(PlacementLabel(c.placement())),
+      ",\"normalize\":", c.normalize() ? "true" : "false",
+      ",\"storage_dtype\":", JsonString(DTypeLabel(c.storage_dtype())),
+      ",\"num_documents\":", c.num_documents(),
+      ",\"num_tokens\":", c.num_tokens(), ",\"bytes\":", c.bytes(),
+      ",\"num_segments\":", c.num_segments(),
+      ",\"num_deleted\":", c.num_deleted(),
+      ",\"resident_on\":", JsonString(c.resident_on()), "}");
+}
+
+void PrintCorpusText(const v1::CorpusInfo& c) {
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"name", c.name()},
+      {"dim", absl::StrCat(c.dim())},
+      {"layout", LayoutLabel(c.layout())},
+      {"storage_dtype", DTypeLabel(c.storage_dtype())},
+      {"placement", PlacementLabel(c.placement())},
+      {"resident_on", c.resident_on()},
+      {"normalize", c.normalize() ? "true" : "false"},
+      {"documents", absl::StrCat(c.num_documents())},
+      {"tokens", absl::StrCat(c.num_tokens())},
+      {"deleted", absl::StrCat(c.num_deleted())},
+      {"segments", absl::StrCat(c.num_segments())},
+      {"bytes", absl::StrCat(c.bytes())},
+  };
+  for (const auto& [key, value] : rows) {
+    std::printf("%-14s %s\n", key.c_str(), value.c_str());
+  }
+}
+
+// Prints rows as left-aligned text columns, numeric columns right-aligned.
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows,
+                const std::vector<bool>& right_align) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) line += "  ";
+      const std::string pad(width[c] - row[c].size(), ' ');
+      const bool last = c + 1 == row.size();
+      line += right_align[c] ? pad + row[c] : (last ? row[c] : row[c] + pad);
+    }
+    std::printf("%s\n", line.c_str());
+  };
+  print_row(header);
+  for (const auto& row : rows) print_row(row);
+}
+
+std::string ResponseJson(const v1::RerankResponse& r) {
+  std::string out = absl::StrCat("{\"request_id\":", JsonString(r.request_id()),
+                                 ",\"results\":[");
+  for (int i = 0; i < r.results_size(); ++i) {
+    if (i > 0) out += ",";
+    absl::StrAppend(&out, "{\"rank\":", i + 1,
+                    ",\"id\":", JsonString(r.results(i).id()),
+                    ",\"score\":", JsonNumber(r.results(i).score()), "}");
+  }
+  const v1::Timing& t = r.timing();
+  absl::StrAppend(&out,
+                  "],\"timing\":{\"queue_ms\":", JsonNumber(Ms(t.queue_ns())),
+                  ",\"compute_ms\":", JsonNumber(Ms(t.compute_ns())),
+                  ",\"total_ms\":", JsonNumber(Ms(t.total_ns())),
+                  ",\"h2d_ms\":", JsonNumber(Ms(t.h2d_ns())),
+                  ",\"kernel_ms\":", JsonNumber(Ms(t.kernel_ns())),
+                  ",\"topk_ms\":", JsonNumber(Ms(t.topk_ns())),
+                  ",\"batch_queries\":", t.batch_queries(), "}}");
+  return out;
+}
+
+void PrintResponseText(const v1::RerankResponse& r) {
+  std::vector<std::vector<std::string>> rows;
+  for (int i = 0; i < r.results_size(); ++i) {
+    rows.push_back({absl::StrCat(i + 1), r.results(i).id(),
+                    absl::StrFormat("%.5f", r.results(i).score())});
+  }
+  PrintTable({"rank", "id", "score"}, rows, {true, false, true});
+  const v1::Timing& t = r.timing();
+  std::printf(
+      "timing: queue %.3f ms, compute %.3f ms, total %.3f ms "
+      "(batch of %d quer%s)\n",
+      Ms(t.queue_ns()), Ms(t.compute_ns()), Ms(t.total_ns()), t.batch_queries(),
+      t.batch_queries() == 1 ? "y" : "ies");
+}
+
+// ---------------------------------------------------------------------------
+// Commands.
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const Globals& globals,
+                                                bool send_float16 = false) {
+  ClientOptions options = globals.options;
+  options.send_float16 = send_float16;
+  return Client::Create(options);
+}
+
+// The exit code for a command's result: RPC, file and data errors exit 1
+// (usage errors are caught, with exit 2, before a command runs).
+int Finish(const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  return PrintError(status, kExitError);
+}
+
+int RunCreate(const Globals& g, const Flags& f) {
+  v1::CreateCorpusRequest request;
+  request.set_name(f.Get("name"));
+  absl::StatusOr<int64_t> dim = ParseInt(f, "dim", 1, 1 << 20);
+  if (!dim.ok()) return PrintError(dim.status(), kExitUsage);
+  request.set_dim(static_cast<int32_t>(*dim));
+  request.set_layout(v1::LAYOUT_DENSE);
+  const std::string dtype = f.Get("dtype");
+  if (dtype == "float16") {
+    request.set_storage_dtype(v1::DTYPE_FLOAT16);
+  } else if (dtype == "bfloat16") {
+    request.set_storage_dtype(v1::DTYPE_BFLOAT16);
+  } else {
+    return PrintError(
+        UsageError(absl::StrCat("--dtype must be float16 or bfloat16, got '",
+                                dtype, "'")),
+        kExitUsage);
+  }
+  const std::string placement = f.Get("placement");
+  if (placement == "auto") {
+    request.set_placement(v1::PLACEMENT_AUTO);
+  } else if (placement == "gpu") {
+    request.set_placement(v1::PLACEMENT_GPU);
+  } else if (placement == "host") {
+    request.set_placement(v1::PLACEMENT_HOST);
+  } else {
+    return PrintError(
+        UsageError(absl::StrCat("--placement must be auto, gpu or host, got '",
+                                placement, "'")),
+        kExitUsage);
+  }
+  request.set_normalize(f.Bool("normalize"));
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::CorpusInfo info,
+                             client->CreateCorpus(request));
+    if (g.json) {
+      std::printf("%s\n", CorpusJson(info).c_str());
+    } else {
+      std::printf("created corpus '%s'\n", info.name().c_str());
+      PrintCorpusText(info);
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunAdd(const Globals& g, const Flags& f) {
+  double chunk_mb = 0;
+  if (!absl::SimpleAtod(f.Get("chunk-mb"), &chunk_mb) || !(chunk_mb > 0) ||
+      chunk_mb > 1024) {
+    return PrintError(UsageError(absl::StrCat(
+                          "--chunk-mb must be a number in (0, 1024], got '",
+                          f.Get("chunk-mb"), "'")),
+                      kExitUsage);
+  }
+  return Finish([&]() -> absl::Status {
+    const std::string tokens_path = f.Get("tokens");
+    const std::string cu_path = f.Get("cu-seqlens");
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(tokens_path));
+    if (tokens.shape.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", tokens_path, "' must be a 2-D [tokens, dim] array, got ",
+          tokens.shape.size(), " dimensions"));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu_array, ReadNpy(cu_path));
+    DocumentBatch batch;
+    batch.dim = static_cast<int32_t>(std::min<int64_t>(
+        tokens.shape[1], std::numeric_limits<int32_t>::max()));
+    MAXSIMD_ASSIGN_OR_RETURN(batch.cu_seqlens, NpyToInt64(cu_array, cu_path));
+    MAXSIMD_ASSIGN_OR_RETURN(batch.ids, ReadLines(f.Get("ids")));
+    if (batch.cu_seqlens.size() != batch.ids.size() + 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", cu_path, "' has ", batch.cu_seqlens.size(),
+                       " offsets but '", f.Get("ids"), "' has ",
+                       batch.ids.size(), " ids; expected ids + 1 offsets"));
+    }
+    if (batch.cu_seqlens.back() != tokens.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", cu_path, "' ends at ", batch.cu_seqlens.back(), " but '",
+          tokens_path, "' has ", tokens.shape[0], " token rows"));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(batch.tokens, NpyToFloat32(tokens, tokens_path));
+    // fp16 input goes out as fp16: exact, and half the bytes.
+    const bool float16 = tokens.descr == "<f2";
+    tokens = NpyArray();  // the fp32 copy in `batch` is all that is needed
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                             Connect(g, float16));
+    const auto start = std::chrono::steady_clock::now();
+    MAXSIMD_ASSIGN_OR_RETURN(
+        v1::AddDocumentsResponse response,
+        client->AddDocuments(f.Get("corpus"), batch,
+                             static_cast<int64_t>(chunk_mb * (1 << 20))));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (g.json) {
+      std::printf("{\"added\":%lld,\"seconds\":%s,\"corpus\":%s}\n",
+                  static_cast<long long>(response.added()),
+                  JsonNumber(seconds).c_str(),
+                  CorpusJson(response.corpus()).c_str());
+    } else {
+      std::printf(
+          "added %lld documents (%lld tokens) to '%s' in %.2f s; it now "
+          "holds %lld documents, %lld tokens\n",
+          static_cast<long long>(response.added()),
+          static_cast<long long>(batch.cu_seqlens.back()),
+          f.Get("corpus").c_str(), seconds,
+          static_cast<long long>(response.corpus().num_documents()),
+          static_cast<long long>(response.corpus().num_tokens()));
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunQuery(const Globals& g, const Flags& f) {
+  absl::StatusOr<int64_t> top_k = ParseInt(f, "top-k", 1, kMaxTopK);
+  if (!top_k.ok()) return PrintError(top_k.status(), kExitUsage);
+  return Finish([&]() -> absl::Status {
+    std::vector<std::string> candidates = SplitList(f.Get("candidates"));
+    if (f.Has("candidates-file")) {
+      MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> more,
+                               ReadLines(f.Get("candidates-file")));
+      candidates.insert(candidates.end(), more.begin(), more.end());
+    }
+    const std::string path = f.Get("query");
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+    if (array.shape.size() != 2 && array.shape.size() != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' must be [Lq, dim] or [Nq, Lq, dim], got ",
+                       array.shape.size(), " dimensions"));
+    }
+    const int64_t dim = array.shape.back();
+    if (dim < 1 || dim > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' has dim ", dim));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<float> values,
+                             NpyToFloat32(array, path));
+    const int64_t num_queries = array.shape.size() == 3 ? array.shape[0] : 1;
+    const int64_t per_query =
+        num_queries > 0 ? static_cast<int64_t>(values.size()) / num_queries : 0;
+    std::vector<Query> queries(static_cast<size_t>(num_queries));
+    for (int64_t i = 0; i < num_queries; ++i) {
+      Query& q = queries[i];
+      q.corpus = f.Get("corpus");
+      q.dim = static_cast<int32_t>(dim);
+      q.tokens.assign(values.begin() + i * per_query,
+                      values.begin() + (i + 1) * per_query);
+      q.candidate_ids = candidates;
+      q.top_k = static_cast<int32_t>(*top_k);
+      q.request_id = num_queries > 1 ? absl::StrCat("q", i) : "";
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                             Connect(g, array.descr == "<f2"));
+    std::vector<v1::RerankResponse> responses;
+    if (array.shape.size() == 2) {
+      MAXSIMD_ASSIGN_OR_RETURN(v1::RerankResponse r,
+                               client->Rerank(queries[0]));
+      responses.push_back(std::move(r));
+    } else {
+      MAXSIMD_ASSIGN_OR_RETURN(responses, client->RerankBatch(queries));
+    }
+    const std::string mode =
+        candidates.empty()
+            ? "scan of the whole corpus"
+            : absl::StrCat("rerank of ", candidates.size(), " candidates");
+    if (g.json) {
+      if (array.shape.size() == 2) {
+        std::printf("%s\n", ResponseJson(responses[0]).c_str());
+      } else {
+        std::string out = "{\"responses\":[";
+        for (size_t i = 0; i < responses.size(); ++i) {
+          if (i > 0) out += ",";
+          out += ResponseJson(responses[i]);
+        }
+        std::printf("%s]}\n", out.c_str());
+      }
+      return absl::OkStatus();
+    }
+    for (size_t i = 0; i < responses.size(); ++i) {
+      if (array.shape.size() == 3) {
+        std::printf("%squery %zu of %zu (%s)\n", i > 0 ? "\n" : "", i + 1,
+                    responses.size(), mode.c_str());
+      } else {
+        std::printf("query: %s, top %lld\n", mode.c_str(),
+                    static_cast<long long>(*top_k));
+      }
+      PrintResponseText(responses[i]);
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunDelete(const Globals& g, const Flags& f) {
+  const std::vector<std::string> ids = SplitList(f.Get("ids"));
+  if (ids.empty()) {
+    return PrintError(UsageError("--ids needs at least one id"), kExitUsage);
+  }
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::DeleteDocumentsResponse r,
+                             client->DeleteDocuments(f.Get("corpus"), ids,
+                                                     f.Bool("ignore-missing")));
+    if (g.json) {
+      std::printf("{\"deleted\":%lld,\"missing\":%lld}\n",
+                  static_cast<long long>(r.deleted()),
+                  static_cast<long long>(r.missing()));
+    } else {
+      std::printf("deleted %lld documents from '%s' (%lld ids not found)\n",
+                  static_cast<long long>(r.deleted()), f.Get("corpus").c_str(),
+                  static_cast<long long>(r.missing()));
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunDrop(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_RETURN_IF_ERROR(client->DropCorpus(f.Get("name")));
+    if (g.json) {
+      std::printf("{\"dropped\":%s}\n", JsonString(f.Get("name")).c_str());
+    } else {
+      std::printf("dropped corpus '%s'\n", f.Get("name").c_str());
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunList(const Globals& g, const Flags&) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<v1::CorpusInfo> corpora,
+                             client->ListCorpora());
+    if (g.json) {
+      std::string out = "{\"corpora\":[";
+      for (size_t i = 0; i < corpora.size(); ++i) {
+        if (i > 0) out += ",";
+        out += CorpusJson(corpora[i]);
+      }
+      std::printf("%s]}\n", out.c_str());
+      return absl::OkStatus();
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const v1::CorpusInfo& c : corpora) {
+      rows.push_back(
+          {c.name(), absl::StrCat(c.dim()), DTypeLabel(c.storage_dtype()),
+           absl::StrCat(c.num_documents()), absl::StrCat(c.num_tokens()),
+           absl::StrCat(c.bytes()), c.resident_on()});
+    }
+    PrintTable(
+        {"name", "dim", "dtype", "documents", "tokens", "bytes", "resident_on"},
+        rows, {false, true, false, true, true, true, false});
+    return absl::OkStatus();
+  }());
+}
+
+int RunGet(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::CorpusInfo info,
+                             client->GetCorpus(f.Get("name")));
+    if (g.json) {
+      std::printf("%s\n", CorpusJson(info).c_str());
+    } else {
+      PrintCorpusText(info);
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunHealth(const Globals& g, const Flags& f) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(g);
+  if (!client.ok()) return PrintError(client.status(), kExitError);
+  absl::StatusOr<int> status = (*client)->CheckHealth(f.Get("service"));
+  if (!status.ok()) return PrintError(status.status(), kExitError);
+  // grpc.health.v1.HealthCheckResponse.ServingStatus.
+  const char* name = *status == 1   ? "SERVING"
+                     : *status == 2 ? "NOT_SERVING"
+                     : *status == 3 ? "SERVICE_UNKNOWN"
+                                    : "UNKNOWN";
+  if (g.json) {
+    std::printf("{\"service\":%s,\"status\":\"%s\"}\n",
+                JsonString(f.Get("service")).c_str(), name);
+  } else {
+    std::printf("%s\n", name);
+  }
+  return *status == 1 ? kExitOk : kExitNotServing;
+}
+
+// Uniform in [0, n) from the raw engine, which is the same on every
+// platform (std::uniform_int_distribution is not).
+uint64_t Below(std::mt19937_64& rng, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(rng()) * n) >>
+                               64);
+}
+
+int RunGenerate(const Globals& g, const Flags& f) {
+  SyntheticCorpusOptions options;
+  int64_t num_queries = 0, query_tokens = 0;
+  {
+    absl::Status status;
+    auto get = [&](const char* name, int64_t min, int64_t max) -> int64_t {
+      absl::StatusOr<int64_t> v = ParseInt(f, name, min, max);
+      if (!v.ok()) {
+        if (status.ok()) status = v.status();
+        return min;
+      }
+      return *v;
+    };
+    options.num_docs = get("docs", 1, 100000000);
+    options.dim = static_cast<int32_t>(get("dim", 1, 65536));
+    options.min_tokens = static_cast<int32_t>(get("min-tokens", 1, 1 << 20));
+    options.max_tokens = static_cast<int32_t>(get("max-tokens", 1, 1 << 20));
+    options.num_clusters = static_cast<int32_t>(get("clusters", 1, 1 << 20));
+    num_queries = get("queries", 0, 100000);
+    query_tokens = get("query-tokens", 1, 1 << 16);
+    options.seed = static_cast<uint64_t>(
+        get("seed", 0, std::numeric_limits<int64_t>::max()));
+    if (status.ok() && options.min_tokens > options.max_tokens) {
+      status = UsageError(absl::StrCat("--min-tokens (", options.min_tokens,
+                                       ") exceeds --max-tokens (",
+                                       options.max_tokens, ")"));
+    }
+    const double expected_values = static_cast<double>(options.num_docs) *
+                                   options.max_tokens * options.dim;
+    if (status.ok() && expected_values > 4e9) {
+      status = UsageError(
+          "--docs * --max-tokens * --dim exceeds 4e9 values (16 GB of fp32)");
+    }
+    if (!status.ok()) return PrintError(status, kExitUsage);
+  }
+  const std::string dir = f.Get("out");
+  return Finish([&]() -> absl::Status {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create '", dir, "': ", ec.message()));
+    }
+    const SyntheticCorpus corpus = GenerateSyntheticCorpus(options);
+    const int64_t num_tokens = corpus.cu_seqlens.back();
+    const int64_t num_docs = static_cast<int64_t>(corpus.ids.size());
+    MAXSIMD_RETURN_IF_ERROR(
+        WriteNpy(dir + "/tokens.npy",
+                 MakeNpyFloat16(corpus.tokens, {num_tokens, corpus.dim})));
+    MAXSIMD_RETURN_IF_ERROR(
+        WriteNpy(dir + "/cu_seqlens.npy",
+                 MakeNpyInt64(corpus.cu_seqlens, {num_docs + 1})));
+    std::string ids;
+    for (const std::string& id : corpus.ids) absl::StrAppend(&ids, id, "\n");
+    MAXSIMD_RETURN_IF_ERROR(WriteText(dir + "/ids.txt", ids));
+
+    // Sources and candidates come from their own stream so that changing
+    // --queries does not change the corpus.
+    std::mt19937_64 rng(options.seed ^ 0x5eed0f0123456789ull);
+    std::vector<std::string> written;
+    for (int64_t i = 0; i < num_queries; ++i) {
+      const int64_t source = static_cast<int64_t>(Below(rng, num_docs));
+      const std::vector<float> query = GenerateQueryForDocument(
+          corpus, source, static_cast<int32_t>(query_tokens), options.noise,
+          options.seed + 1000003 * static_cast<uint64_t>(i + 1));
+      const std::string stem = absl::StrCat(dir, "/query_", i);
+      MAXSIMD_RETURN_IF_ERROR(WriteNpy(
+          stem + ".npy", MakeNpyFloat32(query, {query_tokens, corpus.dim})));
+      MAXSIMD_RETURN_IF_ERROR(
+          WriteText(stem + ".source", corpus.ids[source] + "\n"));
+      // 100 distinct candidates (all documents when there are fewer), the
+      // source among them at a random position.
+      const int64_t want = std::min<int64_t>(100, num_docs);
+      std::set<int64_t> picked = {source};
+      while (static_cast<int64_t>(picked.size()) < want) {
+        picked.insert(static_cast<int64_t>(Below(rng, num_docs)));
+      }
+      std::vector<int64_t> order(picked.begin(), picked.end());
+      for (size_t k = order.size(); k > 1; --k) {
+        std::swap(order[k - 1], order[Below(rng, k)]);
+      }
+      std::string lines;
+      for (int64_t d : order) absl::StrAppend(&lines, corpus.ids[d], "\n");
+      MAXSIMD_RETURN_IF_ERROR(
+          WriteText(absl::StrCat(dir, "/candidates_", i, ".txt"), lines));
+      written.push_back(corpus.ids[source]);
+    }
+    if (g.json) {
+      std::string sources;
+      for (size_t i = 0; i < written.size(); ++i) {
+        absl::StrAppend(&sources, i > 0 ? "," : "", JsonString(written[i]));
+      }
+      std::printf(
+          "{\"out\":%s,\"documents\":%lld,\"tokens\":%lld,\"dim\":%d,"
+          "\"queries\":%lld,\"query_sources\":[%s]}\n",
+          JsonString(dir).c_str(), static_cast<long long>(num_docs),
+          static_cast<long long>(num_tokens), corpus.dim,
+          static_cast<long long>(num_queries), sources.c_str());
+    } else {
+      std::printf(
+          "wrote %s/tokens.npy (float16 [%lld, %d]), cu_seqlens.npy, ids.txt: "
+          "%lld documents\n",
+          dir.c_str(), static_cast<long long>(num_tokens), corpus.dim,
+          static_cast<long long>(num_docs));
+      for (size_t i = 0; i < written.size(); ++i) {
+        std::printf(
+            "wrote %s/query_%zu.npy (float32 [%lld, %d]) from document %s, "
+            "candidates_%zu.txt\n",
+            dir.c_str(), i, static_cast<long long>(query_tokens), corpus.dim,
+            written[i].c_str(), i);
+      }
+    }
+    return absl::OkStatus();
+  }());
+}
+
+const std::vector<CommandDef>& Commands() {
+  static const std::vector<CommandDef> commands = {
+      {"create",
+       "create an empty corpus",
+       {{"name", "N", "corpus name ([A-Za-z0-9_.-], 1 to 128 chars)", nullptr,
+         true},
+        {"dim", "D", "embedding dimension", nullptr, true},
+        {"dtype", "float16|bfloat16", "storage element type", "float16", false},
+        {"normalize", nullptr, "L2-normalise document and query tokens",
+         nullptr, false},
+        {"placement", "auto|gpu|host", "where the tokens live", "auto", false}},
+       RunCreate},
+      {"add",
+       "add documents from .npy files (one atomic, chunked stream)",
+       {{"corpus", "N", "target corpus", nullptr, true},
+        {"tokens", "tokens.npy", "float32 or float16 [T, dim] token rows",
+         nullptr, true},
+        {"cu-seqlens", "cu.npy", "int64 [N+1] document offsets into tokens",
+         nullptr, true},
+        {"ids", "ids.txt", "document ids, one per line (N lines)", nullptr,
+         true},
+        {"chunk-mb", "MB", "token bytes per stream message", "8", false}},
+       RunAdd},
+      {"query",
+       "rank documents for a query (rerank with candidates, else scan)",
+       {{"corpus", "N", "corpus (or alias) to rank", nullptr, true},
+        {"query", "q.npy",
+         "float32/float16 [Lq, dim], or [Nq, Lq, dim] for a batch", nullptr,
+         true},
+        {"candidates", "ID,ID,...", "candidate ids (rerank)", nullptr, false},
+        {"candidates-file", "FILE", "candidate ids, one per line", nullptr,
+         false},
+        {"top-k", "K", "results to return", "10", false}},
+       RunQuery},
+      {"delete",
+       "delete documents by id",
+       {{"corpus", "N", "corpus", nullptr, true},
+        {"ids", "ID,ID,...", "ids to delete", nullptr, true},
+        {"ignore-missing", nullptr, "skip unknown ids instead of failing",
+         nullptr, false}},
+       RunDelete},
+      {"drop",
+       "drop a corpus",
+       {{"name", "N", "corpus to drop", nullptr, true}},
+       RunDrop},
+      {"list", "list corpora", {}, RunList},
+      {"get",
+       "describe one corpus",
+       {{"name", "N", "corpus to describe", nullptr, true}},
+       RunGet},
+      {"health",
+       "grpc.health.v1 check (exit 0 SERVING, 3 otherwise)",
+       {{"service", "S", "service name (empty: the whole server)", "", false}},
+       RunHealth},
+      {"generate",
+       "write a synthetic clustered corpus and queries (no server needed)",
+       {{"out", "DIR", "output directory (created if missing)", nullptr, true},
+        {"docs", "N", "documents", "2000", false},
+        {"dim", "D", "embedding dimension", "128", false},
+        {"min-tokens", "N", "fewest tokens per document", "32", false},
+        {"max-tokens", "N", "most tokens per document", "300", false},
+        {"clusters", "N", "topic centroids", "256", false},
+        {"queries", "N", "queries to write (query_<i>.npy)", "4", false},
+        {"query-tokens", "N", "tokens per query", "32", false},
+        {"seed", "N", "random seed", "1", false}},
+       RunGenerate},
+  };
+  return commands;
+}
+
+std::string FlagUsage(const FlagDef& d) {
+  std::string s = absl::StrCat("--", d.name);
+  if (d.value != nullptr) absl::StrAppend(&s, " ", d.value);
+  return d.required ? s : absl::StrCat("[", s, "]");
+}
+
+std::string MainUsage() {
+  std::string out =
+      "Usage: maxsimctl [--target=HOST:PORT] [--json] [--timeout=DURATION] "
+      "<command> [flags]\n\n"
+      "Client for the maxsimd late-interaction (MaxSim) reranking service.\n\n"
+      "Global flags:\n";
+  for (const FlagDef& d : GlobalFlagDefs()) {
+    std::string name = absl::StrCat("--", d.name);
+    if (d.value != nullptr) absl::StrAppend(&name, "=", d.value);
+    absl::StrAppendFormat(&out, "  %-22s %s", name, d.help);
+    if (d.default_value != nullptr) {
+      absl::StrAppend(&out, " (default ", d.default_value, ")");
+    }
+    out += "\n";
+  }
+  out += "\nCommands:\n";
+  for (const CommandDef& c : Commands()) {
+    std::string line = absl::StrCat("  ", c.name);
+    for (const FlagDef& d : c.flags) absl::StrAppend(&line, " ", FlagUsage(d));
+    absl::StrAppend(&out, line, "\n      ", c.summary, "\n");
+  }
+  out +=
+      "\nRun 'maxsimctl <command> --help' for a command's flags.\n"
+      "Flags take '--flag=value' or '--flag value'.\n"
+      "Exit status: 0 ok; 1 RPC, file or data error; 2 usage error; "
+      "3 health not SERVING.\n";
+  return out;
+}
+
+std::string CommandUsage(const CommandDef& c) {
+  std::string out = absl::StrCat("Usage: maxsimctl [global flags] ", c.name);
+  for (const FlagDef& d : c.flags) absl::StrAppend(&out, " ", FlagUsage(d));
+  absl::StrAppend(&out, "\n\n", c.summary, "\n");
+  if (!c.flags.empty()) out += "\nFlags:\n";
+  for (const FlagDef& d : c.flags) {
+    std::string name = absl::StrCat("--", d.name);
+    if (d.value != nullptr) absl::StrAppend(&name, " ", d.value);
+    absl::StrAppendFormat(&out, "  %-30s %s", name, d.help);
+    if (d.required) {
+      out += " (required)";
+    } else if (d.default_value != nullptr && d.default_value[0] != '\0') {
+      absl::StrAppend(&out, " (default ", d.default_value, ")");
+    }
+    out += "\n";
+  }
+  out += "\nGlobal flags (see maxsimctl --help): --target, --json, --timeout\n";
+  return out;
+}
+
+const FlagDef* FindFlag(const std::vector<FlagDef>& defs,
+                        absl::string_view name) {
+  for (const FlagDef& d : defs) {
+    if (name == d.name) return &d;
+  }
+  return nullptr;
+}
+
+int UsageExit(absl::string_view message, absl::string_view hint) {
+  PrintError(UsageError(message), kExitUsage);
+  if (!hint.empty()) std::fprintf(stderr, "%s\n", std::string(hint).c_str());
+  return kExitUsage;
+}
+
+int Main(int argc, char** argv) {
+  Flags global_flags;
+  Flags command_flags;
+  const CommandDef* command = nullptr;
+  bool help = false;
+  for (const FlagDef& d : GlobalFlagDefs()) {
+    if (d.default_value != nullptr) global_flags.Set(d.name, d.default_value);
+  }
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      if (command != nullptr) {
+        return UsageExit(
+            absl::StrCat("unexpected argument '", arg, "' after command '",
+                         command->name, "'"),
+            absl::StrCat("Run 'maxsimctl ", command->name, " --help'."));
+      }
+      for (const CommandDef& c : Commands()) {
+        if (arg == c.name) command = &c;
+      }
+      if (command == nullptr) {
+        return UsageExit(absl::StrCat("unknown command '", arg, "'"),
+                         "Run 'maxsimctl --help' for the list of commands.");
+      }
+      for (const FlagDef& d : command->flags) {
+        if (d.default_value != nullptr) {
+          command_flags.Set(d.name, d.default_value);
+        }
+      }
+      continue;
+    }
+    std::string name(arg), value;
+    bool has_value = false;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+      has_value = true;
+    }
+    // Global flags are accepted anywhere; command flags after the command.
+    const FlagDef* def = FindFlag(GlobalFlagDefs(), name);
+    Flags* target = &global_flags;
+    if (def == nullptr && command != nullptr) {
+      def = FindFlag(command->flags, name);
+      target = &command_flags;
+    }
+    if (def == nullptr) {
+      return UsageExit(
+          command == nullptr
+              ? absl::StrCat("unknown flag '--", name, "'")
+              : absl::StrCat("unknown flag '--", name, "' for command '",
+                             command->name, "'"),
+          command == nullptr
+              ? "Run 'maxsimctl --help'."
+              : absl::StrCat("Run 'maxsimctl ", command->name, " --help'."));
+    }
+    if (def->value == nullptr) {  // boolean
+      if (has_value && value != "true" && value != "false") {
+        return UsageExit(absl::StrCat("--", name,
+                                      " takes no value (or "
+                                      "=true/=false), got '",
+                                      value, "'"),
+                         "");
+      }
+      if (name == "help") {
+        help = true;
+        continue;
+      }
+      target->Set(name, has_value ? value : "true");
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return UsageExit(
+            absl::StrCat("--", name, " needs a value (", def->value, ")"), "");
+      }
+      value = argv[++i];
+    }
+    target->Set(name, value);
+  }
+
+  if (help) {
+    std::printf("%s", command == nullptr ? MainUsage().c_str()
+                                         : CommandUsage(*command).c_str());
+    return kExitOk;
+  }
+  if (command == nullptr) {
+    std::fprintf(stderr, "%s", MainUsage().c_str());
+    return kExitUsage;
+  }
+  for (const FlagDef& d : command->flags) {
+    if (d.required && !command_flags.Has(d.name)) {
+      return UsageExit(
+          absl::StrCat("command '", command->name, "' needs --", d.name),
+          CommandUsage(*command));
+    }
+  }
+
+  Globals globals;
+  globals.json = global_flags.Bool("json");
+  globals.options.target = global_flags.Get("target");
+  if (!absl::ParseDuration(global_flags.Get("timeout"),
+                           &globals.options.timeout) ||
+      globals.options.timeout <= absl::ZeroDuration()) {
+    return UsageExit(absl::StrCat("--timeout must be a positive duration such "
+                                  "as 500ms, 30s or 2m, got '",
+                                  global_flags.Get("timeout"), "'"),
+                     "");
+  }
+  // Large corpora are streamed in chunks, but a single big query batch or
+  // response still needs room.
+  globals.options.max_message_bytes = 256 << 20;
+  return command->run(globals, command_flags);
+}
+
+}  // namespace
+}  // namespace maxsimd
+
+int main(int argc, char** argv) { return maxsimd::Main(argc, argv); }
