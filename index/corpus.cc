@@ -1,0 +1,306 @@
+#include "index/corpus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/element.h"
+#include "kernels/status_macros.h"
+
+namespace maxsimd {
+namespace {
+
+constexpr size_t kMaxNameBytes = 128;
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+}
+
+}  // namespace
+
+absl::Status ValidateCorpusConfig(const CorpusConfig& config,
+                                  const CorpusLimits& limits) {
+  if (config.name.empty() || config.name.size() > kMaxNameBytes ||
+      !std::all_of(config.name.begin(), config.name.end(), IsNameChar)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name must be 1 to ", kMaxNameBytes,
+        " characters from [A-Za-z0-9_.-], got \"", config.name.substr(0, 160),
+        "\""));
+  }
+  if (config.dim < 1 || config.dim > limits.max_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dim is ", config.dim, ", must be in [1, ", limits.max_dim, "]"));
+  }
+  if (config.layout != Layout::kDense) {
+    return absl::UnimplementedError(
+        "layout: only LAYOUT_DENSE is served by this version");
+  }
+  if (config.storage_dtype != DType::kFloat16 &&
+      config.storage_dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(
+        "storage_dtype must be DTYPE_FLOAT16 or DTYPE_BFLOAT16");
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// CorpusSnapshot
+
+CorpusSnapshot::CorpusSnapshot(
+    CorpusConfig config, std::vector<std::shared_ptr<const Segment>> segments,
+    std::vector<std::shared_ptr<const TombstoneSet>> tombstones)
+    : config_(std::move(config)),
+      segments_(std::move(segments)),
+      tombstones_(std::move(tombstones)) {
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const Segment& seg = *segments_[s];
+    bytes_ += seg.bytes();
+    live_docs_ += seg.num_docs();
+    live_tokens_ += seg.num_tokens();
+    if (const TombstoneSet* t = tombstones_[s].get()) {
+      deleted_docs_ += t->count();
+      live_docs_ -= t->count();
+      for (int64_t d = 0; d < seg.num_docs(); ++d) {
+        if (t->Contains(d)) live_tokens_ -= seg.doc_tokens(d);
+      }
+    }
+  }
+}
+
+int64_t CorpusSnapshot::next_index() const {
+  if (segments_.empty()) return 0;
+  return segments_.back()->base_index() + segments_.back()->num_docs();
+}
+
+std::optional<DocRef> CorpusSnapshot::Find(absl::string_view id) const {
+  // Newest first: an id deleted and added again is live only in the newer
+  // segment.
+  for (size_t s = segments_.size(); s-- > 0;) {
+    if (std::optional<int64_t> row = segments_[s]->Find(id)) {
+      const TombstoneSet* t = tombstones_[s].get();
+      if (t == nullptr || !t->Contains(*row)) {
+        return DocRef{static_cast<int32_t>(s), *row};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+const std::string& CorpusSnapshot::IdOf(int64_t index) const {
+  auto it = std::upper_bound(
+      segments_.begin(), segments_.end(), index,
+      [](int64_t i, const std::shared_ptr<const Segment>& seg) {
+        return i < seg->base_index();
+      });
+  const Segment& seg = **(it - 1);
+  return seg.id(index - seg.base_index());
+}
+
+std::vector<SegmentRef> CorpusSnapshot::SegmentRefs() const {
+  std::vector<SegmentRef> refs;
+  refs.reserve(segments_.size());
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    const TombstoneSet* t = tombstones_[s].get();
+    refs.push_back({segments_[s]->HostView(t ? t->host_bits() : nullptr),
+                    segments_[s]->ResidentView(t ? t->resident_bits() : nullptr)});
+  }
+  return refs;
+}
+
+// ---------------------------------------------------------------------------
+// DocumentBuilder
+
+DocumentBuilder::DocumentBuilder(const CorpusConfig& config,
+                                 const CorpusLimits& limits)
+    : config_(config), limits_(limits) {
+  data_.dim = config.dim;
+  data_.dtype = config.storage_dtype;
+  data_.cu_seqlens.assign(1, 0);
+}
+
+absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
+                                  const std::vector<int32_t>& token_counts,
+                                  const void* tokens, int64_t num_rows,
+                                  DType dtype, absl::string_view where) {
+  if (ids.size() != token_counts.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ids has ", ids.size(),
+                     " entries but token_counts has ", token_counts.size()));
+  }
+  int64_t total = 0;
+  absl::flat_hash_set<absl::string_view> in_call;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t n = token_counts[i];
+    if (n < 1 || n > limits_.max_doc_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": token_counts[", i, "] is ", n, ", must be in [1, ",
+          limits_.max_doc_tokens, "]"));
+    }
+    total += n;
+    const std::string& id = ids[i];
+    if (id.empty() || id.size() > static_cast<size_t>(limits_.max_id_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ids[", i, "] must be 1 to ",
+                       limits_.max_id_bytes, " bytes, got ", id.size()));
+    }
+    if (seen_ids_.contains(id) || !in_call.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ids[", i, "] \"", id, "\" appears twice in the stream"));
+    }
+  }
+  if (total != num_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": tokens has ", num_rows,
+                     " rows but token_counts sum to ", total));
+  }
+  // Convert into a scratch area first so a bad value leaves nothing behind.
+  const int32_t dim = config_.dim;
+  const size_t out_row = static_cast<size_t>(dim) * DTypeSize(data_.dtype);
+  const size_t old_size = data_.tokens.size();
+  data_.tokens.resize(old_size + static_cast<size_t>(num_rows) * out_row);
+  std::vector<float> row(static_cast<size_t>(dim));
+  const float max_finite = data_.dtype == DType::kFloat16 ? 65504.f : 3.38e38f;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    ConvertToFloat(tokens, dtype, r * dim, dim, row.data());
+    double norm2 = 0.0;
+    for (int32_t j = 0; j < dim; ++j) {
+      if (!std::isfinite(row[j])) {
+        data_.tokens.resize(old_size);
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": tokens row ", r, " column ", j, " is ", row[j],
+            "; values must be finite"));
+      }
+      norm2 += static_cast<double>(row[j]) * row[j];
+    }
+    if (config_.normalize && norm2 > 0.0) {
+      const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
+      for (float& v : row) v *= inv;
+    }
+    for (int32_t j = 0; j < dim; ++j) {
+      if (std::fabs(row[j]) > max_finite) {
+        data_.tokens.resize(old_size);
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": tokens row ", r, " column ", j, " is ", row[j],
+            ", outside the range of the corpus's ",
+            DTypeName(data_.dtype), " storage"));
+      }
+    }
+    ConvertFromFloat(row.data(), dim, data_.dtype,
+                     data_.tokens.data() + old_size + r * out_row);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    data_.ids.push_back(ids[i]);
+    seen_ids_.insert(ids[i]);
+    data_.cu_seqlens.push_back(data_.cu_seqlens.back() + token_counts[i]);
+  }
+  return absl::OkStatus();
+}
+
+SegmentData DocumentBuilder::Take() {
+  SegmentData out = std::move(data_);
+  data_ = SegmentData();
+  data_.dim = config_.dim;
+  data_.dtype = config_.storage_dtype;
+  data_.cu_seqlens.assign(1, 0);
+  seen_ids_.clear();
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Corpus
+
+Corpus::Corpus(const CorpusConfig& config, const CorpusLimits& limits,
+               Backend* backend)
+    : config_(config),
+      limits_(limits),
+      backend_(backend),
+      current_(std::make_shared<CorpusSnapshot>(
+          config, std::vector<std::shared_ptr<const Segment>>{},
+          std::vector<std::shared_ptr<const TombstoneSet>>{})) {}
+
+absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Create(
+    const CorpusConfig& config, const CorpusLimits& limits, Backend* backend) {
+  MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
+  return std::shared_ptr<Corpus>(new Corpus(config, limits, backend));
+}
+
+std::shared_ptr<const CorpusSnapshot> Corpus::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+void Corpus::Publish(std::shared_ptr<const CorpusSnapshot> snapshot) {
+  absl::MutexLock lock(&mu_);
+  current_ = std::move(snapshot);
+}
+
+absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
+  absl::MutexLock write_lock(&write_mu_);
+  const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
+  if (data.dim != config_.dim || data.dtype != config_.storage_dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Append: documents have dim ", data.dim,
+                     " but corpus \"", config_.name, "\" has dim ",
+                     config_.dim));
+  }
+  for (const std::string& id : data.ids) {
+    if (base->Find(id)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "ids: \"", id, "\" is already in corpus \"", config_.name, "\""));
+    }
+  }
+  const int64_t added = static_cast<int64_t>(data.ids.size());
+  if (added == 0) return 0;
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::shared_ptr<const Segment> segment,
+      Segment::Create(std::move(data), base->next_index(), backend_));
+  std::vector<std::shared_ptr<const Segment>> segments = base->segments();
+  std::vector<std::shared_ptr<const TombstoneSet>> tombstones =
+      base->tombstone_sets();
+  segments.push_back(std::move(segment));
+  tombstones.push_back(nullptr);
+  Publish(std::make_shared<CorpusSnapshot>(config_, std::move(segments),
+                                           std::move(tombstones)));
+  return added;
+}
+
+absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
+                                            bool ignore_missing) {
+  absl::MutexLock write_lock(&write_mu_);
+  const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
+  DeleteResult result;
+  std::map<int32_t, std::vector<int64_t>> rows_by_segment;
+  absl::flat_hash_set<absl::string_view> unique;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!unique.insert(ids[i]).second) continue;
+    std::optional<DocRef> ref = base->Find(ids[i]);
+    if (!ref) {
+      if (!ignore_missing) {
+        return absl::NotFoundError(absl::StrCat(
+            "ids[", i, "]: \"", ids[i], "\" is not in corpus \"",
+            config_.name, "\""));
+      }
+      ++result.missing;
+      continue;
+    }
+    rows_by_segment[ref->segment].push_back(ref->doc);
+    ++result.deleted;
+  }
+  if (result.deleted == 0) return result;
+  std::vector<std::shared_ptr<const TombstoneSet>> tombstones =
+      base->tombstone_sets();
+  for (const auto& [s, rows] : rows_by_segment) {
+    MAXSIMD_ASSIGN_OR_RETURN(
+        tombstones[s],
+        TombstoneSet::WithDeleted(base->tombstones(s),
+                                  base->segments()[s]->num_docs(), rows,
+                                  backend_));
+  }
+  Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
+                                           std::move(tombstones)));
+  return result;
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,174 @@
+// A named corpus: configuration, an immutable snapshot of its segments, and
+// the write path (append, delete) that publishes new snapshots.
+//
+// Readers call Snapshot() and keep the returned shared_ptr for the whole
+// query: appends and deletes publish a new snapshot and never change one a
+// reader holds, so a query in flight is never blocked or altered by a write.
+// Memory of dropped segments is freed when the last snapshot holding them
+// goes away.
+//
+// Thread-safety: Corpus is thread-safe. Writers (Append, Delete) are
+// serialised by write_mu_; Snapshot() takes mu_ only to copy a shared_ptr.
+// CorpusSnapshot and DocumentBuilder are not synchronised: a snapshot is
+// immutable, and a builder belongs to one AddDocuments stream.
+#ifndef MAXSIMD_INDEX_CORPUS_H_
+#define MAXSIMD_INDEX_CORPUS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "index/segment.h"
+#include "kernels/backend.h"
+
+namespace maxsimd {
+
+enum class Layout { kDense, kInt8, kPlaid };
+enum class Placement { kAuto, kGpu, kHost };
+
+struct CorpusConfig {
+  std::string name;
+  int32_t dim = 0;
+  Layout layout = Layout::kDense;
+  Placement placement = Placement::kAuto;
+  bool normalize = false;
+  DType storage_dtype = DType::kFloat16;
+};
+
+// Limits on what a corpus accepts, from the server's flags.
+struct CorpusLimits {
+  int32_t max_dim = 4096;
+  int32_t max_doc_tokens = 1 << 16;
+  int32_t max_id_bytes = 256;
+};
+
+// Checks a corpus name and configuration; names the field and the limit.
+absl::Status ValidateCorpusConfig(const CorpusConfig& config,
+                                  const CorpusLimits& limits);
+
+// One consistent view of a corpus: its segments and their tombstones.
+class CorpusSnapshot {
+ public:
+  CorpusSnapshot(CorpusConfig config,
+                 std::vector<std::shared_ptr<const Segment>> segments,
+                 std::vector<std::shared_ptr<const TombstoneSet>> tombstones);
+
+  const CorpusConfig& config() const { return config_; }
+  const std::vector<std::shared_ptr<const Segment>>& segments() const {
+    return segments_;
+  }
+  // Parallel to segments(); a null entry means nothing deleted there.
+  const std::vector<std::shared_ptr<const TombstoneSet>>& tombstone_sets()
+      const {
+    return tombstones_;
+  }
+  const TombstoneSet* tombstones(size_t segment) const {
+    return tombstones_[segment].get();
+  }
+  int64_t live_docs() const { return live_docs_; }
+  int64_t live_tokens() const { return live_tokens_; }
+  int64_t deleted_docs() const { return deleted_docs_; }
+  int64_t bytes() const { return bytes_; }
+  // Internal index that the next appended document will get.
+  int64_t next_index() const;
+
+  // The live document with this external id, if any.
+  std::optional<DocRef> Find(absl::string_view id) const;
+  // External id of a live or deleted document by internal index.
+  const std::string& IdOf(int64_t index) const;
+  // Host + resident views of every segment, for SearchParams::segments.
+  std::vector<SegmentRef> SegmentRefs() const;
+
+ private:
+  CorpusConfig config_;
+  std::vector<std::shared_ptr<const Segment>> segments_;
+  std::vector<std::shared_ptr<const TombstoneSet>> tombstones_;
+  int64_t live_docs_ = 0;
+  int64_t live_tokens_ = 0;
+  int64_t deleted_docs_ = 0;
+  int64_t bytes_ = 0;
+};
+
+// Accumulates the documents of one AddDocuments stream, converting tokens to
+// the corpus's storage dtype as they arrive (L2-normalised when the corpus
+// asks) so that a large load is never held in fp32.
+class DocumentBuilder {
+ public:
+  DocumentBuilder(const CorpusConfig& config, const CorpusLimits& limits);
+
+  // Adds documents: ids[i] has token_counts[i] rows of `tokens`
+  // ([sum(token_counts), dim] of `dtype`, little-endian). `where` prefixes
+  // error messages (e.g. "AddDocuments message 3"). Errors, all
+  // INVALID_ARGUMENT and leaving the builder unchanged: mismatched counts,
+  // bad lengths, empty or over-long ids, an id repeated in the stream,
+  // NaN/Inf values.
+  absl::Status Add(const std::vector<std::string>& ids,
+                   const std::vector<int32_t>& token_counts, const void* tokens,
+                   int64_t num_rows, DType dtype, absl::string_view where);
+
+  int64_t num_docs() const { return static_cast<int64_t>(data_.ids.size()); }
+  int64_t num_tokens() const { return data_.cu_seqlens.back(); }
+  // Leaves the builder empty.
+  SegmentData Take();
+
+ private:
+  CorpusConfig config_;
+  CorpusLimits limits_;
+  SegmentData data_;
+  absl::flat_hash_set<std::string> seen_ids_;
+};
+
+struct DeleteResult {
+  int64_t deleted = 0;
+  int64_t missing = 0;
+};
+
+class Corpus {
+ public:
+  // `backend` must outlive the corpus.
+  static absl::StatusOr<std::shared_ptr<Corpus>> Create(
+      const CorpusConfig& config, const CorpusLimits& limits,
+      Backend* backend);
+
+  const CorpusConfig& config() const { return config_; }
+  const CorpusLimits& limits() const { return limits_; }
+  std::shared_ptr<const CorpusSnapshot> Snapshot() const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Appends the documents as one new segment, atomically. Errors:
+  // ALREADY_EXISTS naming the first id that is live in the corpus,
+  // RESOURCE_EXHAUSTED if the backend has no room; on error nothing changes.
+  // Returns the number of documents added.
+  absl::StatusOr<int64_t> Append(SegmentData data)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+
+  // Tombstones the live documents with these ids, atomically. An unknown id
+  // is NOT_FOUND (nothing deleted) unless ignore_missing.
+  absl::StatusOr<DeleteResult> Delete(const std::vector<std::string>& ids,
+                                      bool ignore_missing)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+
+ private:
+  Corpus(const CorpusConfig& config, const CorpusLimits& limits,
+         Backend* backend);
+  void Publish(std::shared_ptr<const CorpusSnapshot> snapshot)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const CorpusConfig config_;
+  const CorpusLimits limits_;
+  Backend* const backend_;
+  absl::Mutex write_mu_;  // serialises Append and Delete
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const CorpusSnapshot> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_INDEX_CORPUS_H_

@@ -1,0 +1,83 @@
+#include "index/segment.h"
+
+#include "kernels/status_macros.h"
+
+namespace maxsimd {
+
+Segment::Segment(SegmentData data, int64_t base_index)
+    : data_(std::move(data)), base_index_(base_index) {}
+
+absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
+    SegmentData data, int64_t base_index, Backend* backend) {
+  std::shared_ptr<Segment> seg(new Segment(std::move(data), base_index));
+  seg->rows_.reserve(seg->data_.ids.size());
+  for (size_t i = 0; i < seg->data_.ids.size(); ++i) {
+    seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
+  }
+  // An empty token array still gets a (zero-byte) buffer so views are valid.
+  MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
+                           backend->Upload(seg->data_.tokens.data(),
+                                           seg->data_.tokens.size()));
+  MAXSIMD_ASSIGN_OR_RETURN(
+      seg->resident_cu_seqlens_,
+      backend->Upload(seg->data_.cu_seqlens.data(),
+                      seg->data_.cu_seqlens.size() * sizeof(int64_t)));
+  return std::shared_ptr<const Segment>(std::move(seg));
+}
+
+int64_t Segment::bytes() const {
+  return static_cast<int64_t>(data_.tokens.size() +
+                              data_.cu_seqlens.size() * sizeof(int64_t));
+}
+
+std::optional<int64_t> Segment::Find(absl::string_view id) const {
+  auto it = rows_.find(id);
+  if (it == rows_.end()) return std::nullopt;
+  return it->second;
+}
+
+SegmentView Segment::HostView(const uint32_t* tombstones) const {
+  SegmentView v;
+  v.tokens = data_.tokens.data();
+  v.cu_seqlens = data_.cu_seqlens.data();
+  v.tombstones = tombstones;
+  v.num_docs = num_docs();
+  v.num_tokens = num_tokens();
+  v.dim = data_.dim;
+  v.dtype = data_.dtype;
+  v.base_index = base_index_;
+  return v;
+}
+
+SegmentView Segment::ResidentView(const uint32_t* tombstones) const {
+  SegmentView v = HostView(tombstones);
+  v.tokens = resident_tokens_->data();
+  v.cu_seqlens = static_cast<const int64_t*>(resident_cu_seqlens_->data());
+  return v;
+}
+
+absl::StatusOr<std::shared_ptr<const TombstoneSet>> TombstoneSet::WithDeleted(
+    const TombstoneSet* base, int64_t num_docs,
+    const std::vector<int64_t>& rows, Backend* backend) {
+  std::shared_ptr<TombstoneSet> set(new TombstoneSet);
+  if (base != nullptr) {
+    set->bits_ = base->bits_;
+    set->count_ = base->count_;
+  } else {
+    set->bits_.assign(static_cast<size_t>((num_docs + 31) / 32), 0u);
+  }
+  for (int64_t row : rows) {
+    uint32_t& word = set->bits_[row >> 5];
+    const uint32_t bit = 1u << (row & 31);
+    if ((word & bit) == 0) {
+      word |= bit;
+      ++set->count_;
+    }
+  }
+  MAXSIMD_ASSIGN_OR_RETURN(
+      set->resident_,
+      backend->Upload(set->bits_.data(), set->bits_.size() * sizeof(uint32_t)));
+  return std::shared_ptr<const TombstoneSet>(std::move(set));
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,100 @@
+// Immutable corpus segments and their tombstone sets.
+//
+// A segment holds a run of documents in ragged layout: one packed [T, dim]
+// token array in the corpus's storage dtype plus int64 cu_seqlens offsets,
+// the documents' external ids, and a resident copy of the arrays made by the
+// compute backend (device memory for the GPU backend). Deletes never touch a
+// segment: they produce a new TombstoneSet for it, so a reader holding the
+// old snapshot keeps seeing exactly what it started with.
+//
+// Thread-safety: both classes are immutable after construction and safe to
+// share between threads through shared_ptr<const ...>.
+#ifndef MAXSIMD_INDEX_SEGMENT_H_
+#define MAXSIMD_INDEX_SEGMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// Documents ready to become a segment: validated, converted to the storage
+// dtype and (when the corpus asks) L2-normalised.
+struct SegmentData {
+  int32_t dim = 0;
+  DType dtype = DType::kFloat16;
+  std::vector<char> tokens;         // [cu_seqlens.back(), dim] of dtype
+  std::vector<int64_t> cu_seqlens;  // [ids.size() + 1], starts at 0
+  std::vector<std::string> ids;     // unique within the segment
+};
+
+class Segment {
+ public:
+  // Uploads the arrays to `backend` and indexes the ids. `base_index` is the
+  // internal index of the first document. Errors: RESOURCE_EXHAUSTED when
+  // the backend has no room (nothing is kept).
+  static absl::StatusOr<std::shared_ptr<const Segment>> Create(
+      SegmentData data, int64_t base_index, Backend* backend);
+
+  int64_t base_index() const { return base_index_; }
+  int64_t num_docs() const { return static_cast<int64_t>(data_.ids.size()); }
+  int64_t num_tokens() const { return data_.cu_seqlens.back(); }
+  int64_t doc_tokens(int64_t doc) const {
+    return data_.cu_seqlens[doc + 1] - data_.cu_seqlens[doc];
+  }
+  int32_t dim() const { return data_.dim; }
+  DType dtype() const { return data_.dtype; }
+  // Bytes of token storage and offsets held by this segment.
+  int64_t bytes() const;
+  const std::string& id(int64_t doc) const { return data_.ids[doc]; }
+  // Row of `id` in this segment, deleted or not.
+  std::optional<int64_t> Find(absl::string_view id) const;
+
+  // Views with the given tombstone bitmap (host / resident); either may be
+  // null for "nothing deleted".
+  SegmentView HostView(const uint32_t* tombstones) const;
+  SegmentView ResidentView(const uint32_t* tombstones) const;
+
+ private:
+  Segment(SegmentData data, int64_t base_index);
+
+  SegmentData data_;
+  int64_t base_index_ = 0;
+  absl::flat_hash_map<std::string, int64_t> rows_;
+  std::unique_ptr<ResidentBuffer> resident_tokens_;
+  std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;
+};
+
+// The deleted rows of one segment as a bitmap (bit set = deleted), with its
+// resident copy.
+class TombstoneSet {
+ public:
+  // A copy of `base` (or an empty set when null) with `rows` also deleted.
+  static absl::StatusOr<std::shared_ptr<const TombstoneSet>> WithDeleted(
+      const TombstoneSet* base, int64_t num_docs,
+      const std::vector<int64_t>& rows, Backend* backend);
+
+  bool Contains(int64_t row) const { return IsTombstoned(bits_.data(), row); }
+  int64_t count() const { return count_; }
+  const uint32_t* host_bits() const { return bits_.data(); }
+  const uint32_t* resident_bits() const {
+    return static_cast<const uint32_t*>(resident_->data());
+  }
+
+ private:
+  std::vector<uint32_t> bits_;
+  int64_t count_ = 0;
+  std::unique_ptr<ResidentBuffer> resident_;
+};
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_INDEX_SEGMENT_H_

@@ -1,0 +1,273 @@
+#include "server/admin_service.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "server/grpc_status.h"
+#include "server/request_decoder.h"
+#include "server/reranker_service.h"
+
+namespace maxsimd {
+namespace {
+
+absl::StatusOr<CorpusConfig> ConfigFromRequest(
+    const v1::CreateCorpusRequest& r) {
+  CorpusConfig c;
+  c.name = r.name();
+  c.dim = r.dim();
+  c.normalize = r.normalize();
+  switch (r.layout()) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::LAYOUT_DENSE:
+      c.layout = Layout::kDense;
+      break;
+    case v1::LAYOUT_INT8:
+      c.layout = Layout::kInt8;
+      break;
+    case v1::LAYOUT_PLAID:
+      c.layout = Layout::kPlaid;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout is ", r.layout(), ", not a known Layout"));
+  }
+  switch (r.placement()) {
+    case v1::PLACEMENT_UNSPECIFIED:
+    case v1::PLACEMENT_AUTO:
+      c.placement = Placement::kAuto;
+      break;
+    case v1::PLACEMENT_GPU:
+      c.placement = Placement::kGpu;
+      break;
+    case v1::PLACEMENT_HOST:
+      c.placement = Placement::kHost;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement is ", r.placement(), ", not a known Placement"));
+  }
+  if (r.storage_dtype() == v1::DTYPE_UNSPECIFIED) {
+    c.storage_dtype = DType::kFloat16;
+  } else {
+    MAXSIMD_ASSIGN_OR_RETURN(c.storage_dtype,
+                             DecodeDType(r.storage_dtype(), "storage_dtype"));
+  }
+  return c;
+}
+
+v1::DType ToProto(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+// Finishes a unary admin call and records it.
+void FinishUnary(grpc::ServerUnaryReactor* reactor, Metrics* metrics,
+                 const char* method, absl::Time arrival,
+                 const absl::Status& status) {
+  ObserveCall(metrics, method, arrival, status);
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+// One AddDocuments stream: converts every message into a DocumentBuilder as
+// it arrives and commits the lot when the client half-closes. A bad message
+// ends the call at once with nothing added. Deletes itself in OnDone.
+class AddReactor final : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
+ public:
+  AddReactor(AdminService* service, v1::AddDocumentsResponse* response)
+      : service_(service), response_(response), arrival_(absl::Now()) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::Status status = ok ? Consume() : Commit();
+    if (ok && status.ok()) {
+      request_.Clear();
+      StartRead(&request_);
+      return;
+    }
+    ObserveCall(service_->metrics(), "AddDocuments", arrival_, status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Consume() {
+    const std::string where = absl::StrCat("AddDocuments message ", messages_);
+    ++messages_;
+    if (corpus_ == nullptr) {
+      if (request_.corpus().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": corpus is required in the first message"));
+      }
+      MAXSIMD_ASSIGN_OR_RETURN(corpus_,
+                               service_->corpora()->Get(request_.corpus()));
+      builder_.emplace(corpus_->config(), corpus_->limits());
+    } else if (!request_.corpus().empty() &&
+               request_.corpus() != corpus_->config().name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": corpus \"", request_.corpus(),
+          "\" differs from the stream's corpus \"", corpus_->config().name,
+          "\""));
+    }
+    if (request_.ids_size() == 0 && !request_.has_tokens()) return absl::OkStatus();
+    const int32_t max_doc_tokens = corpus_->limits().max_doc_tokens;
+    MAXSIMD_ASSIGN_OR_RETURN(
+        TensorView view,
+        DecodeTensor(request_.tokens(), corpus_->config().dim, 1,
+                     static_cast<int64_t>(request_.ids_size()) * max_doc_tokens,
+                     absl::StrCat(where, ": tokens")));
+    const int64_t row_bytes =
+        int64_t{corpus_->config().dim} *
+        static_cast<int64_t>(DTypeSize(corpus_->config().storage_dtype));
+    if ((builder_->num_tokens() + view.rows) * row_bytes >
+        service_->limits().max_stream_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          where, ": the stream exceeds --max_add_stream_bytes (",
+          service_->limits().max_stream_bytes,
+          "); split the load into several AddDocuments calls"));
+    }
+    const std::vector<std::string> ids(request_.ids().begin(),
+                                       request_.ids().end());
+    const std::vector<int32_t> counts(request_.token_counts().begin(),
+                                      request_.token_counts().end());
+    return builder_->Add(ids, counts, view.data, view.rows, view.dtype, where);
+  }
+
+  absl::Status Commit() {
+    if (corpus_ == nullptr) {
+      return absl::InvalidArgumentError(
+          "AddDocuments: the stream carried no message naming a corpus");
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(int64_t added, corpus_->Append(builder_->Take()));
+    response_->set_added(added);
+    DescribeCorpus(*corpus_, service_->corpora()->backend()->name(),
+                   response_->mutable_corpus());
+    return absl::OkStatus();
+  }
+
+  AdminService* const service_;
+  v1::AddDocumentsResponse* const response_;
+  const absl::Time arrival_;
+  v1::AddDocumentsRequest request_;
+  int64_t messages_ = 0;
+  std::shared_ptr<Corpus> corpus_;
+  std::optional<DocumentBuilder> builder_;
+};
+
+}  // namespace
+
+void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
+                    v1::CorpusInfo* info) {
+  const CorpusConfig& c = corpus.config();
+  const auto snap = corpus.Snapshot();
+  info->set_name(c.name);
+  info->set_dim(c.dim);
+  info->set_layout(c.layout == Layout::kDense  ? v1::LAYOUT_DENSE
+                   : c.layout == Layout::kInt8 ? v1::LAYOUT_INT8
+                                               : v1::LAYOUT_PLAID);
+  info->set_placement(c.placement == Placement::kGpu    ? v1::PLACEMENT_GPU
+                      : c.placement == Placement::kHost ? v1::PLACEMENT_HOST
+                                                        : v1::PLACEMENT_AUTO);
+  info->set_normalize(c.normalize);
+  info->set_storage_dtype(ToProto(c.storage_dtype));
+  info->set_num_documents(snap->live_docs());
+  info->set_num_tokens(snap->live_tokens());
+  info->set_bytes(snap->bytes());
+  info->set_num_segments(static_cast<int32_t>(snap->segments().size()));
+  info->set_num_deleted(snap->deleted_docs());
+  info->set_resident_on(resident_on);
+}
+
+AdminService::AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
+                           Metrics* metrics)
+    : corpora_(corpora), limits_(limits), metrics_(metrics) {}
+
+grpc::ServerUnaryReactor* AdminService::CreateCorpus(
+    grpc::CallbackServerContext* ctx, const v1::CreateCorpusRequest* request,
+    v1::CorpusInfo* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status status = [&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(CorpusConfig config, ConfigFromRequest(*request));
+    MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
+                             corpora_->Create(config));
+    DescribeCorpus(*corpus, corpora_->backend()->name(), response);
+    return absl::OkStatus();
+  }();
+  FinishUnary(reactor, metrics_, "CreateCorpus", arrival, status);
+  return reactor;
+}
+
+grpc::ServerReadReactor<v1::AddDocumentsRequest>* AdminService::AddDocuments(
+    grpc::CallbackServerContext*, v1::AddDocumentsResponse* response) {
+  return new AddReactor(this, response);
+}
+
+grpc::ServerUnaryReactor* AdminService::DeleteDocuments(
+    grpc::CallbackServerContext* ctx, const v1::DeleteDocumentsRequest* request,
+    v1::DeleteDocumentsResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::Status status = [&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
+                             corpora_->Get(request->corpus()));
+    const std::vector<std::string> ids(request->ids().begin(),
+                                       request->ids().end());
+    MAXSIMD_ASSIGN_OR_RETURN(DeleteResult r,
+                             corpus->Delete(ids, request->ignore_missing()));
+    response->set_deleted(r.deleted);
+    response->set_missing(r.missing);
+    return absl::OkStatus();
+  }();
+  FinishUnary(reactor, metrics_, "DeleteDocuments", arrival, status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::DropCorpus(
+    grpc::CallbackServerContext* ctx, const v1::DropCorpusRequest* request,
+    v1::DropCorpusResponse*) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  FinishUnary(reactor, metrics_, "DropCorpus", arrival,
+              corpora_->Drop(request->name()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ListCorpora(
+    grpc::CallbackServerContext* ctx, const v1::ListCorporaRequest*,
+    v1::ListCorporaResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  for (const auto& corpus : corpora_->List()) {
+    DescribeCorpus(*corpus, corpora_->backend()->name(),
+                   response->add_corpora());
+  }
+  FinishUnary(reactor, metrics_, "ListCorpora", arrival, absl::OkStatus());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetCorpus(
+    grpc::CallbackServerContext* ctx, const v1::GetCorpusRequest* request,
+    v1::CorpusInfo* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<Corpus>> corpus =
+      corpora_->Get(request->name());
+  if (corpus.ok()) {
+    DescribeCorpus(**corpus, corpora_->backend()->name(), response);
+  }
+  FinishUnary(reactor, metrics_, "GetCorpus", arrival, corpus.status());
+  return reactor;
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,69 @@
+// The maxsimd.v1.Admin gRPC service (callback API): corpus creation,
+// streaming appends, deletes, drops and inspection.
+//
+// Writes are applied through Corpus, which publishes a new snapshot
+// atomically, so a failed call leaves the corpus unchanged and queries in
+// flight are never affected. AddDocuments converts each message as it
+// arrives and commits the whole stream when the client half-closes.
+//
+// Thread-safety: shared by all gRPC threads; holds only pointers to
+// thread-safe components.
+#ifndef MAXSIMD_SERVER_ADMIN_SERVICE_H_
+#define MAXSIMD_SERVER_ADMIN_SERVICE_H_
+
+#include <cstdint>
+
+#include "index/registry.h"
+#include "maxsimd/v1/admin.grpc.pb.h"
+#include "server/metrics.h"
+
+namespace maxsimd {
+
+struct AdminLimits {
+  // Most bytes of converted token storage one AddDocuments stream may
+  // accumulate before it commits.
+  int64_t max_stream_bytes = int64_t{4} << 30;
+};
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
+               Metrics* metrics);
+
+  grpc::ServerUnaryReactor* CreateCorpus(grpc::CallbackServerContext* ctx,
+                                         const v1::CreateCorpusRequest* request,
+                                         v1::CorpusInfo* response) override;
+  grpc::ServerReadReactor<v1::AddDocumentsRequest>* AddDocuments(
+      grpc::CallbackServerContext* ctx,
+      v1::AddDocumentsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteDocuments(
+      grpc::CallbackServerContext* ctx,
+      const v1::DeleteDocumentsRequest* request,
+      v1::DeleteDocumentsResponse* response) override;
+  grpc::ServerUnaryReactor* DropCorpus(grpc::CallbackServerContext* ctx,
+                                       const v1::DropCorpusRequest* request,
+                                       v1::DropCorpusResponse* response) override;
+  grpc::ServerUnaryReactor* ListCorpora(
+      grpc::CallbackServerContext* ctx, const v1::ListCorporaRequest* request,
+      v1::ListCorporaResponse* response) override;
+  grpc::ServerUnaryReactor* GetCorpus(grpc::CallbackServerContext* ctx,
+                                      const v1::GetCorpusRequest* request,
+                                      v1::CorpusInfo* response) override;
+
+  CorpusRegistry* corpora() const { return corpora_; }
+  const AdminLimits& limits() const { return limits_; }
+  Metrics* metrics() const { return metrics_; }
+
+ private:
+  CorpusRegistry* const corpora_;
+  const AdminLimits limits_;
+  Metrics* const metrics_;
+};
+
+// Describes a corpus as the API reports it.
+void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
+                    v1::CorpusInfo* info);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,130 @@
+// maxsimd: the server binary. Flags may also come from a file with
+// --flagfile=PATH (one --flag=value per line).
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "kernels/types.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "gRPC listen address host:port (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "Prometheus /metrics listen address; empty disables it");
+ABSL_FLAG(bool, cpu, false, "Force the CPU backend even when a GPU is present");
+ABSL_FLAG(int, device, -1,
+          "CUDA device ordinal to serve on; -1 picks device 0 when a GPU is "
+          "present and falls back to the CPU otherwise");
+ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0 = one per core");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
+          "Largest gRPC message accepted or sent, in bytes");
+ABSL_FLAG(int32_t, max_query_tokens, 1024, "Most tokens in one query (Lq)");
+ABSL_FLAG(int32_t, max_candidates, 100000,
+          "Most candidate ids in one rerank request");
+ABSL_FLAG(int32_t, max_top_k, maxsimd::kMaxTopK, "Largest top_k accepted");
+ABSL_FLAG(int32_t, max_batch_queries, 256,
+          "Most queries in one RerankBatch request");
+ABSL_FLAG(int64_t, max_queued_queries, 4096,
+          "Most queries waiting for an executor; beyond it requests get "
+          "RESOURCE_EXHAUSTED at once");
+ABSL_FLAG(int32_t, batch_max_queries, 64,
+          "Most queries the scheduler runs in one backend search");
+ABSL_FLAG(int, executors, 1, "Executor threads feeding the backend");
+ABSL_FLAG(int32_t, max_dim, 4096, "Largest corpus dimension accepted");
+ABSL_FLAG(int32_t, max_doc_tokens, 65536, "Most tokens in one document");
+ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
+          "Most bytes of token storage one AddDocuments stream may carry");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM, how long in-flight requests may take to finish");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug (one line per request), info, warn, error or off");
+ABSL_FLAG(int64_t, demo_docs, 0,
+          "If > 0, create corpus \"demo\" with this many synthetic documents");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "maxsimd: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "GPU MaxSim reranking server.\nUsage: maxsimd [--flag=value ...] "
+      "[--flagfile=config.flags]");
+  absl::ParseCommandLine(argc, argv);
+
+  const spdlog::level::level_enum level =
+      spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
+  if (level == spdlog::level::off && absl::GetFlag(FLAGS_log_level) != "off") {
+    return Fail("--log_level must be trace, debug, info, warn, error or off");
+  }
+  spdlog::set_level(level);
+
+  maxsimd::ServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  const int device = absl::GetFlag(FLAGS_device);
+  if (absl::GetFlag(FLAGS_cpu)) {
+    if (device >= 0) return Fail("--cpu and --device exclude each other");
+    o.backend = maxsimd::BackendChoice::kCpu;
+  } else if (device >= 0) {
+    o.backend = maxsimd::BackendChoice::kGpu;
+    o.device = device;
+  }
+  o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (o.max_message_bytes < 1024 || o.max_message_bytes > (int64_t{2} << 30) - 1) {
+    return Fail("--max_message_bytes must be in [1024, 2147483647]");
+  }
+  o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  o.request_limits.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
+  o.request_limits.max_candidates = absl::GetFlag(FLAGS_max_candidates);
+  o.request_limits.max_top_k = absl::GetFlag(FLAGS_max_top_k);
+  o.request_limits.max_batch_queries = absl::GetFlag(FLAGS_max_batch_queries);
+  if (o.request_limits.max_top_k < 1 ||
+      o.request_limits.max_top_k > maxsimd::kMaxTopK) {
+    return Fail(absl::StrCat("--max_top_k must be in [1, ", maxsimd::kMaxTopK, "]"));
+  }
+  if (o.request_limits.max_query_tokens < 1 ||
+      o.request_limits.max_candidates < 1 ||
+      o.request_limits.max_batch_queries < 1) {
+    return Fail("--max_query_tokens, --max_candidates and --max_batch_queries "
+                "must be at least 1");
+  }
+  o.corpus_limits.max_dim = absl::GetFlag(FLAGS_max_dim);
+  o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);
+  o.admin_limits.max_stream_bytes = absl::GetFlag(FLAGS_max_add_stream_bytes);
+  o.scheduler.max_queued_queries = absl::GetFlag(FLAGS_max_queued_queries);
+  o.scheduler.max_batch_queries = absl::GetFlag(FLAGS_batch_max_queries);
+  o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
+  o.demo_docs = absl::GetFlag(FLAGS_demo_docs);
+
+  // Block the shutdown signals in every thread (they inherit this mask) so
+  // that only sigwait() below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = maxsimd::MaxsimServer::Start(o);
+  if (!server.ok()) {
+    spdlog::error("start-up failed: {}", server.status().ToString());
+    return 1;
+  }
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("received {}", received == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown();
+  return 0;
+}

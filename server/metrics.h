@@ -1,0 +1,83 @@
+// Prometheus metrics of the server, registered on one prometheus::Registry
+// that is injected into every component (no global singletons).
+//
+// Names follow Prometheus conventions: a maxsimd_ prefix, base units
+// (_seconds, _bytes), counters ending in _total, and a `stage` label where
+// time is broken down. Corpus gauges and process metrics are computed at
+// scrape time by collectors, so they never go stale.
+//
+// Thread-safety: thread-safe (prometheus-cpp metrics are atomic; label
+// lookups take the family's lock).
+#ifndef MAXSIMD_SERVER_METRICS_H_
+#define MAXSIMD_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace maxsimd {
+
+class CorpusRegistry;
+
+class Metrics {
+ public:
+  // Registers every family on `registry`; `backend_name` and the build
+  // facts become labels of maxsimd_build_info.
+  Metrics(prometheus::Registry& registry, const std::string& backend_name);
+
+  // One finished RPC: method is the gRPC method name ("Rerank", ...), code
+  // the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
+  void ObserveRequest(const std::string& method, const std::string& code,
+                      double seconds);
+  // Time spent in one pipeline stage ("queue", "h2d", "kernel", "topk",
+  // "compute"), per query.
+  void ObserveStage(const std::string& stage, double seconds);
+  void ObserveBatch(int num_queries);
+  void SetQueueDepth(int64_t depth);
+  // A request refused before it ran; reason: "queue_full", "deadline",
+  // "cancelled", "draining".
+  void CountRejected(const std::string& reason);
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Histogram>& stage_duration_;
+  prometheus::Histogram& batch_queries_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+};
+
+// Scrape-time gauges per corpus: maxsimd_corpus_documents,
+// maxsimd_corpus_tokens, maxsimd_corpus_bytes, maxsimd_corpus_deleted_documents,
+// maxsimd_corpus_segments, all labelled {corpus}.
+class CorpusCollector : public prometheus::Collectable {
+ public:
+  explicit CorpusCollector(const CorpusRegistry* corpora) : corpora_(corpora) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const CorpusRegistry* corpora_;
+};
+
+// Standard process metrics read from /proc at scrape time:
+// process_cpu_seconds_total, process_resident_memory_bytes,
+// process_virtual_memory_bytes, process_open_fds, process_start_time_seconds.
+class ProcessCollector : public prometheus::Collectable {
+ public:
+  ProcessCollector();
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  double start_time_seconds_ = 0;
+};
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_SERVER_METRICS_H_

@@ -1,0 +1,135 @@
+#include "server/request_decoder.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/element.h"
+#include "kernels/status_macros.h"
+
+namespace maxsimd {
+namespace {
+
+std::string Field(absl::string_view prefix, absl::string_view name) {
+  return prefix.empty() ? std::string(name) : absl::StrCat(prefix, ".", name);
+}
+
+}  // namespace
+
+absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
+                                  absl::string_view field) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", static_cast<int>(dtype),
+          "; must be DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
+  }
+}
+
+absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
+                                        int32_t dim, int64_t min_rows,
+                                        int64_t max_rows,
+                                        absl::string_view field) {
+  TensorView view;
+  MAXSIMD_ASSIGN_OR_RETURN(view.dtype,
+                           DecodeDType(tensor.dtype(), Field(field, "dtype")));
+  if (tensor.shape_size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "shape"), " has ", tensor.shape_size(),
+                     " dimensions; must be [tokens, dim]"));
+  }
+  const int64_t rows = tensor.shape(0);
+  if (tensor.shape(1) != dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "shape"), "[1] is ", tensor.shape(1),
+                     "; the corpus has dim ", dim));
+  }
+  if (rows < min_rows || rows > max_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "shape"), "[0] is ", rows,
+                     "; must be in [", min_rows, ", ", max_rows, "]"));
+  }
+  // rows <= max_rows and dim <= max_dim keep this product far from overflow.
+  const uint64_t want = static_cast<uint64_t>(rows) *
+                        static_cast<uint64_t>(dim) * DTypeSize(view.dtype);
+  if (tensor.data().size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(field, "data"), " has ", tensor.data().size(),
+        " bytes; shape [", rows, ", ", dim, "] of ", DTypeName(view.dtype),
+        " needs ", want));
+  }
+  view.rows = rows;
+  view.data = tensor.data().data();
+  return view;
+}
+
+absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
+                                         const CorpusSnapshot& snapshot,
+                                         const RequestLimits& limits,
+                                         absl::string_view field) {
+  const CorpusConfig& config = snapshot.config();
+  DecodedQuery out;
+  MAXSIMD_ASSIGN_OR_RETURN(
+      TensorView view, DecodeTensor(req.query(), config.dim, 1,
+                                    limits.max_query_tokens,
+                                    Field(field, "query")));
+  out.num_tokens = view.rows;
+  out.tokens.resize(static_cast<size_t>(view.rows) * config.dim);
+  ConvertToFloat(view.data, view.dtype, 0, view.rows * config.dim,
+                 out.tokens.data());
+  for (int64_t r = 0; r < view.rows; ++r) {
+    float* row = out.tokens.data() + r * config.dim;
+    double norm2 = 0.0;
+    for (int32_t j = 0; j < config.dim; ++j) {
+      if (!std::isfinite(row[j])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Field(field, "query.data"), " row ", r, " column ", j,
+                         " is ", row[j], "; values must be finite"));
+      }
+      norm2 += static_cast<double>(row[j]) * row[j];
+    }
+    if (config.normalize && norm2 > 0.0) {
+      const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
+      for (int32_t j = 0; j < config.dim; ++j) row[j] *= inv;
+    }
+  }
+
+  out.top_k = req.top_k() == 0 ? kDefaultTopK : req.top_k();
+  if (out.top_k < 1 || out.top_k > limits.max_top_k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "top_k"), " is ", req.top_k(),
+                     "; must be in [1, ", limits.max_top_k, "] (0 means ",
+                     kDefaultTopK, ")"));
+  }
+
+  out.scan = req.candidate_ids_size() == 0;
+  if (req.candidate_ids_size() > limits.max_candidates) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "candidate_ids"), " has ",
+                     req.candidate_ids_size(), " ids; the limit is ",
+                     limits.max_candidates));
+  }
+  absl::flat_hash_set<absl::string_view> seen;
+  seen.reserve(req.candidate_ids_size());
+  out.candidates.reserve(req.candidate_ids_size());
+  for (int i = 0; i < req.candidate_ids_size(); ++i) {
+    const std::string& id = req.candidate_ids(i);
+    if (!seen.insert(id).second) continue;
+    std::optional<DocRef> ref = snapshot.Find(id);
+    if (!ref) {
+      return absl::NotFoundError(absl::StrCat(
+          Field(field, "candidate_ids"), "[", i, "]: \"", id.substr(0, 256),
+          "\" is not a document of corpus \"", config.name, "\""));
+    }
+    out.candidates.push_back(*ref);
+  }
+  return out;
+}
+
+}  // namespace maxsimd

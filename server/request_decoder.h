@@ -1,0 +1,73 @@
+// Validation and decoding of query requests: turns a RerankRequest into the
+// fp32 query tokens, resolved candidates and top_k that a search batch takes.
+//
+// Every error is a Status whose message starts with the field path
+// (e.g. "queries[2].query.shape") and states the limit it broke. Nothing
+// here touches the queue or any shared state, so a bad request is rejected
+// before anything is enqueued.
+// Thread-safety: pure functions over the request and an immutable snapshot.
+#ifndef MAXSIMD_SERVER_REQUEST_DECODER_H_
+#define MAXSIMD_SERVER_REQUEST_DECODER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/corpus.h"
+#include "maxsimd/v1/reranker.pb.h"
+#include "maxsimd/v1/types.pb.h"
+
+namespace maxsimd {
+
+// Request limits, from the server's flags.
+struct RequestLimits {
+  int32_t max_query_tokens = 1024;
+  int32_t max_candidates = 100000;
+  int32_t max_top_k = 4096;  // at most kMaxTopK
+  int32_t max_batch_queries = 256;
+};
+
+inline constexpr int32_t kDefaultTopK = 10;
+
+// A query ready for a search batch.
+struct DecodedQuery {
+  std::vector<float> tokens;  // [num_tokens, dim] fp32, normalised if asked
+  int64_t num_tokens = 0;
+  bool scan = true;                 // false: rerank `candidates`
+  std::vector<DocRef> candidates;   // de-duplicated, first occurrence kept
+  int32_t top_k = kDefaultTopK;
+};
+
+// A tensor's element type and rows after shape and length checks; `data`
+// points into the message.
+struct TensorView {
+  DType dtype = DType::kFloat32;
+  int64_t rows = 0;
+  const void* data = nullptr;
+};
+
+// Maps the wire dtype; INVALID_ARGUMENT naming `field` for an unknown one.
+absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
+                                  absl::string_view field);
+
+// Checks that `tensor` is [rows, dim] with rows in [min_rows, max_rows] and
+// exactly rows * dim * size(dtype) bytes.
+absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
+                                        int32_t dim, int64_t min_rows,
+                                        int64_t max_rows,
+                                        absl::string_view field);
+
+// Validates and decodes one request against the corpus snapshot it will run
+// on. `field` prefixes error messages ("" for a top-level request).
+// Errors: INVALID_ARGUMENT (shape, dtype, length, values, limits),
+// NOT_FOUND (a candidate id that is not a live document).
+absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
+                                         const CorpusSnapshot& snapshot,
+                                         const RequestLimits& limits,
+                                         absl::string_view field);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_SERVER_REQUEST_DECODER_H_

@@ -1,0 +1,283 @@
+#include "server/reranker_service.h"
+
+#include <atomic>
+#include <deque>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "server/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace maxsimd {
+
+void FillResponse(const QueryOutcome& outcome, absl::Time arrival,
+                  v1::RerankResponse* response) {
+  response->mutable_results()->Reserve(
+      static_cast<int>(outcome.results.size()));
+  for (const RankedDocument& d : outcome.results) {
+    v1::ScoredDocument* out = response->add_results();
+    out->set_id(d.id);
+    out->set_score(d.score);
+  }
+  v1::Timing* t = response->mutable_timing();
+  t->set_queue_ns(outcome.queue_ns);
+  t->set_compute_ns(outcome.compute_ns);
+  t->set_h2d_ns(outcome.h2d_ns);
+  t->set_kernel_ns(outcome.kernel_ns);
+  t->set_topk_ns(outcome.topk_ns);
+  t->set_batch_queries(outcome.batch_queries);
+  t->set_total_ns(absl::ToInt64Nanoseconds(absl::Now() - arrival));
+}
+
+void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
+                 const absl::Status& status) {
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
+  const std::string code = absl::StatusCodeToString(status.code());
+  if (metrics != nullptr) metrics->ObserveRequest(method, code, seconds);
+  spdlog::debug("{} {} {:.3f} ms{}{}", method, code, seconds * 1e3,
+                status.ok() ? "" : ": ", std::string(status.message()));
+}
+
+RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
+                                 const RequestLimits& limits, Metrics* metrics)
+    : corpora_(corpora),
+      scheduler_(scheduler),
+      limits_(limits),
+      metrics_(metrics) {}
+
+absl::StatusOr<QueryTask> RerankerService::Prepare(
+    const v1::RerankRequest& request, absl::string_view field,
+    grpc::CallbackServerContext* ctx, absl::Time arrival) const {
+  auto corpus = corpora_->Get(request.corpus());
+  if (!corpus.ok()) {
+    return absl::Status(
+        corpus.status().code(),
+        absl::StrCat(field.empty() ? "" : absl::StrCat(field, "."),
+                     corpus.status().message()));
+  }
+  QueryTask task;
+  task.snapshot = (*corpus)->Snapshot();
+  MAXSIMD_ASSIGN_OR_RETURN(
+      task.query, DecodeQuery(request, *task.snapshot, limits_, field));
+  task.arrival = arrival;
+  task.deadline = DeadlineOf(*ctx);
+  task.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+  return task;
+}
+
+grpc::ServerUnaryReactor* RerankerService::Rerank(
+    grpc::CallbackServerContext* ctx, const v1::RerankRequest* request,
+    v1::RerankResponse* response) {
+  const absl::Time arrival = absl::Now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
+    ObserveCall(metrics, "Rerank", arrival, s);
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  absl::StatusOr<QueryTask> task = Prepare(*request, "", ctx, arrival);
+  if (!task.ok()) {
+    finish(task.status());
+    return reactor;
+  }
+  response->set_request_id(request->request_id());
+  task->done = [response, arrival, finish](absl::StatusOr<QueryOutcome> out) {
+    if (out.ok()) FillResponse(*out, arrival, response);
+    finish(out.status());
+  };
+  std::vector<QueryTask> tasks;
+  tasks.push_back(*std::move(task));
+  const absl::Status submitted = scheduler_->Submit(std::move(tasks));
+  if (!submitted.ok()) finish(submitted);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RerankerService::RerankBatch(
+    grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
+    v1::RerankBatchResponse* response) {
+  const absl::Time arrival = absl::Now();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
+    ObserveCall(metrics, "RerankBatch", arrival, s);
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  const int n = request->queries_size();
+  if (n < 1 || n > limits_.max_batch_queries) {
+    finish(absl::InvalidArgumentError(
+        absl::StrCat("queries has ", n, " entries; must be in [1, ",
+                     limits_.max_batch_queries, "]")));
+    return reactor;
+  }
+  // Shared by the n task callbacks; the last one to finish answers the RPC.
+  struct State {
+    std::atomic<int> remaining;
+    absl::Mutex mu;
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+  };
+  auto state = std::make_shared<State>();
+  state->remaining = n;
+  std::vector<QueryTask> tasks;
+  tasks.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<QueryTask> task = Prepare(
+        request->queries(i), absl::StrCat("queries[", i, "]"), ctx, arrival);
+    if (!task.ok()) {
+      finish(task.status());
+      return reactor;
+    }
+    v1::RerankResponse* slot = response->add_results();
+    slot->set_request_id(request->queries(i).request_id());
+    task->done = [state, slot, arrival,
+                  finish](absl::StatusOr<QueryOutcome> out) {
+      if (out.ok()) {
+        FillResponse(*out, arrival, slot);
+      } else {
+        absl::MutexLock lock(&state->mu);
+        if (state->first_error.ok()) state->first_error = out.status();
+      }
+      if (state->remaining.fetch_sub(1) == 1) {
+        absl::Status s;
+        {
+          absl::MutexLock lock(&state->mu);
+          s = state->first_error;
+        }
+        finish(s);
+      }
+    };
+    tasks.push_back(*std::move(task));
+  }
+  const absl::Status submitted = scheduler_->Submit(std::move(tasks));
+  if (!submitted.ok()) finish(submitted);
+  return reactor;
+}
+
+namespace {
+
+// One RerankStream call. Reads requests one after another, submits each to
+// the scheduler, and writes each response when its query finishes (one
+// write in flight at a time, others queued). Finishes once the client has
+// half-closed (or the call broke), every submitted query has answered and
+// every response is written. Deletes itself in OnDone.
+class StreamReactor final
+    : public grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse> {
+ public:
+  StreamReactor(RerankerService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx), start_(absl::Now()) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    const absl::Time arrival = absl::Now();
+    const std::string request_id = request_.request_id();
+    absl::StatusOr<QueryTask> task =
+        service_->Prepare(request_, "", ctx_, arrival);
+    if (task.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++pending_;
+      }
+      task->done = [this, request_id, arrival](absl::StatusOr<QueryOutcome> out) {
+        auto response = std::make_unique<v1::RerankResponse>();
+        response->set_request_id(request_id);
+        if (out.ok()) FillResponse(*out, arrival, response.get());
+        Answer(std::move(response), out.status(), /*was_pending=*/true);
+      };
+      std::vector<QueryTask> tasks;
+      tasks.push_back(*std::move(task));
+      absl::Status submitted = service_->scheduler()->Submit(std::move(tasks));
+      if (!submitted.ok()) {
+        auto response = std::make_unique<v1::RerankResponse>();
+        response->set_request_id(request_id);
+        Answer(std::move(response), submitted, /*was_pending=*/true);
+      }
+    } else {
+      auto response = std::make_unique<v1::RerankResponse>();
+      response->set_request_id(request_id);
+      Answer(std::move(response), task.status(), /*was_pending=*/false);
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    outbox_.pop_front();
+    if (!ok) broken_ = true;
+    if (!broken_ && !outbox_.empty()) {
+      writing_ = true;
+      StartWrite(outbox_.front().get());
+    }
+    MaybeFinishLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    broken_ = true;
+  }
+
+  void OnDone() override {
+    ObserveCall(service_->metrics(), "RerankStream", start_, absl::OkStatus());
+    delete this;
+  }
+
+ private:
+  // Queues one response for writing. Responses carry their status in the
+  // message so one bad request does not end the stream.
+  void Answer(std::unique_ptr<v1::RerankResponse> response,
+              const absl::Status& status, bool was_pending) {
+    response->set_status_code(static_cast<int32_t>(status.code()));
+    if (!status.ok()) {
+      response->set_status_message(std::string(status.message()));
+    }
+    absl::MutexLock lock(&mu_);
+    if (was_pending) --pending_;
+    if (!broken_) {
+      outbox_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        StartWrite(outbox_.front().get());
+      }
+    }
+    MaybeFinishLocked();
+  }
+
+  // REQUIRES: mu_ held.
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || pending_ > 0 || writing_) return;
+    if (!reads_done_ && !broken_) return;
+    // After a break, reads still end with OnReadDone(false); wait for it so
+    // no read is in flight when the call completes.
+    if (!reads_done_) return;
+    finished_ = true;
+    Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                  "the stream was cancelled")
+                   : grpc::Status::OK);
+  }
+
+  RerankerService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  const absl::Time start_;
+  v1::RerankRequest request_;  // the read in flight; reads are sequential
+  absl::Mutex mu_;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::unique_ptr<v1::RerankResponse>> outbox_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>*
+RerankerService::RerankStream(grpc::CallbackServerContext* ctx) {
+  return new StreamReactor(this, ctx);
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,67 @@
+// The maxsimd.v1.Reranker gRPC service (callback API).
+//
+// A reaction never blocks: it validates and decodes the request against the
+// corpus snapshot current at arrival, submits QueryTasks to the scheduler
+// and returns. The scheduler's executor calls each task's `done`, which fills
+// the response and Finish()es the RPC (see scheduler.h for who owns a
+// request at each step). A request that fails validation or is refused by
+// the scheduler is finished at once and nothing is queued.
+//
+// Thread-safety: the service object is shared by all gRPC threads; it holds
+// only pointers to thread-safe components.
+#ifndef MAXSIMD_SERVER_RERANKER_SERVICE_H_
+#define MAXSIMD_SERVER_RERANKER_SERVICE_H_
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "index/registry.h"
+#include "maxsimd/v1/reranker.grpc.pb.h"
+#include "server/metrics.h"
+#include "server/request_decoder.h"
+#include "server/scheduler.h"
+
+namespace maxsimd {
+
+class RerankerService final : public v1::Reranker::CallbackService {
+ public:
+  // All pointers must outlive the service; `metrics` may be null.
+  RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
+                  const RequestLimits& limits, Metrics* metrics);
+
+  grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* ctx,
+                                   const v1::RerankRequest* request,
+                                   v1::RerankResponse* response) override;
+  grpc::ServerUnaryReactor* RerankBatch(
+      grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
+      v1::RerankBatchResponse* response) override;
+  grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>* RerankStream(
+      grpc::CallbackServerContext* ctx) override;
+
+  // Decodes one request into a task (without `done`). `field` prefixes
+  // error messages.
+  absl::StatusOr<QueryTask> Prepare(const v1::RerankRequest& request,
+                                    absl::string_view field,
+                                    grpc::CallbackServerContext* ctx,
+                                    absl::Time arrival) const;
+
+  Scheduler* scheduler() const { return scheduler_; }
+  Metrics* metrics() const { return metrics_; }
+
+ private:
+  CorpusRegistry* const corpora_;
+  Scheduler* const scheduler_;
+  const RequestLimits limits_;
+  Metrics* const metrics_;
+};
+
+// Copies a finished query into its response message.
+void FillResponse(const QueryOutcome& outcome, absl::Time arrival,
+                  v1::RerankResponse* response);
+
+// Records the metrics and the debug log line of one finished RPC.
+void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
+                 const absl::Status& status);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_SERVER_RERANKER_SERVICE_H_

@@ -1,0 +1,194 @@
+// One test per bad query input: each gets the documented code and a message
+// that names the field.
+#include "server/request_decoder.h"
+
+#include <cstring>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "kernels/half.h"
+#include "kernels/maxsim_cpu.h"
+#include "tests/support/status_matchers.h"
+
+namespace maxsimd {
+namespace {
+
+using ::maxsimd::testing::IsOk;
+using ::maxsimd::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class RequestDecoderTest : public ::testing::Test {
+ protected:
+  RequestDecoderTest() : backend_(CpuBackend::Create({}).value()) {
+    CorpusConfig c;
+    c.name = "c";
+    c.dim = 4;
+    corpus_ = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+    DocumentBuilder b(c, CorpusLimits{});
+    const std::vector<float> t(3 * 4, 0.5f);
+    EXPECT_THAT(b.Add({"d0", "d1", "d2"}, {1, 1, 1}, t.data(), 3,
+                      DType::kFloat32, "m"),
+                IsOk());
+    EXPECT_THAT(corpus_->Append(b.Take()), IsOk());
+    limits_.max_query_tokens = 8;
+    limits_.max_candidates = 3;
+    limits_.max_top_k = 100;
+  }
+
+  // A valid fp32 query of `rows` tokens.
+  v1::RerankRequest Request(int rows = 2) {
+    v1::RerankRequest r;
+    r.set_corpus("c");
+    r.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+    r.mutable_query()->add_shape(rows);
+    r.mutable_query()->add_shape(4);
+    std::vector<float> v(rows * 4, 0.25f);
+    r.mutable_query()->set_data(v.data(), v.size() * sizeof(float));
+    return r;
+  }
+
+  absl::StatusOr<DecodedQuery> Decode(const v1::RerankRequest& r) {
+    return DecodeQuery(r, *corpus_->Snapshot(), limits_, "");
+  }
+
+  std::unique_ptr<CpuBackend> backend_;
+  std::shared_ptr<Corpus> corpus_;
+  RequestLimits limits_;
+};
+
+TEST_F(RequestDecoderTest, AcceptsAValidScanAndRerank) {
+  auto q = Decode(Request());
+  ASSERT_THAT(q, IsOk());
+  EXPECT_TRUE(q->scan);
+  EXPECT_EQ(q->num_tokens, 2);
+  EXPECT_EQ(q->top_k, kDefaultTopK);
+  v1::RerankRequest r = Request();
+  r.add_candidate_ids("d2");
+  r.add_candidate_ids("d0");
+  r.add_candidate_ids("d2");  // duplicate: ranked once
+  r.set_top_k(5);
+  q = Decode(r);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_FALSE(q->scan);
+  ASSERT_EQ(q->candidates.size(), 2u);
+  EXPECT_EQ(q->candidates[0].doc, 2);
+  EXPECT_EQ(q->candidates[1].doc, 0);
+}
+
+TEST_F(RequestDecoderTest, AcceptsFloat16AndBFloat16) {
+  for (auto [wire, enc] :
+       {std::pair{v1::DTYPE_FLOAT16, &FloatToHalf},
+        std::pair{v1::DTYPE_BFLOAT16, &FloatToBFloat16}}) {
+    v1::RerankRequest r = Request(1);
+    r.mutable_query()->set_dtype(wire);
+    std::vector<uint16_t> v(4, enc(1.5f));
+    r.mutable_query()->set_data(v.data(), v.size() * 2);
+    auto q = Decode(r);
+    ASSERT_THAT(q, IsOk());
+    EXPECT_EQ(q->tokens[3], 1.5f);
+  }
+}
+
+TEST_F(RequestDecoderTest, WrongByteLength) {
+  v1::RerankRequest r = Request();
+  r.mutable_query()->mutable_data()->pop_back();
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("query.data has 31 bytes")));
+}
+
+TEST_F(RequestDecoderTest, DimMismatch) {
+  v1::RerankRequest r = Request();
+  r.mutable_query()->set_shape(1, 8);
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("query.shape[1] is 8")));
+}
+
+TEST_F(RequestDecoderTest, UnknownDtype) {
+  v1::RerankRequest r = Request();
+  r.mutable_query()->set_dtype(static_cast<v1::DType>(42));
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("query.dtype is 42")));
+  r.mutable_query()->set_dtype(v1::DTYPE_UNSPECIFIED);
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("query.dtype")));
+}
+
+TEST_F(RequestDecoderTest, EmptyQuery) {
+  EXPECT_THAT(Decode(Request(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("query.shape[0] is 0; must be in [1, 8]")));
+  v1::RerankRequest r = Request();
+  r.clear_query();
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("query")));
+}
+
+TEST_F(RequestDecoderTest, NanAndInfValues) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    v1::RerankRequest r = Request();
+    std::string* data = r.mutable_query()->mutable_data();
+    std::memcpy(data->data() + 5 * sizeof(float), &bad, sizeof(float));
+    EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("row 1 column 1")));
+  }
+}
+
+TEST_F(RequestDecoderTest, QueryTokensOverTheLimit) {
+  EXPECT_THAT(Decode(Request(9)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("query.shape[0] is 9; must be in [1, 8]")));
+}
+
+TEST_F(RequestDecoderTest, TopKOutOfRange) {
+  v1::RerankRequest r = Request();
+  r.set_top_k(101);
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("top_k is 101; must be in [1, 100]")));
+  r.set_top_k(-1);
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("top_k is -1")));
+}
+
+TEST_F(RequestDecoderTest, TooManyCandidates) {
+  v1::RerankRequest r = Request();
+  for (const char* id : {"d0", "d1", "d2", "d0"}) r.add_candidate_ids(id);
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("candidate_ids has 4 ids; the "
+                                            "limit is 3")));
+}
+
+TEST_F(RequestDecoderTest, UnknownOrDeletedCandidateId) {
+  v1::RerankRequest r = Request();
+  r.add_candidate_ids("d0");
+  r.add_candidate_ids("zz");
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kNotFound,
+                                  HasSubstr("candidate_ids[1]: \"zz\"")));
+  ASSERT_THAT(corpus_->Delete({"d0"}, false), IsOk());
+  r.set_candidate_ids(1, "d1");
+  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kNotFound,
+                                  HasSubstr("candidate_ids[0]: \"d0\"")));
+}
+
+TEST_F(RequestDecoderTest, FieldPrefixNamesTheBatchEntry) {
+  v1::RerankRequest r = Request();
+  r.mutable_query()->set_shape(1, 3);
+  EXPECT_THAT(DecodeQuery(r, *corpus_->Snapshot(), limits_, "queries[7]"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("queries[7].query.shape[1]")));
+}
+
+TEST_F(RequestDecoderTest, NormalizesQueriesForNormalizedCorpora) {
+  CorpusConfig c;
+  c.name = "n";
+  c.dim = 4;
+  c.normalize = true;
+  auto corpus = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+  auto q = DecodeQuery(Request(1), *corpus->Snapshot(), limits_, "");
+  ASSERT_THAT(q, IsOk());
+  for (float v : q->tokens) EXPECT_FLOAT_EQ(v, 0.5f);
+}
+
+}  // namespace
+}  // namespace maxsimd

@@ -1,0 +1,478 @@
+// In-process server tests over real loopback sockets: health, reflection,
+// the add -> query -> delete -> query cycle against the scalar reference,
+// every bad input with its status code, batch and stream calls, /metrics.
+#include "server/server.h"
+
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "index/registry.h"
+#include "index/synthetic.h"
+#include "kernels/maxsim_reference.h"
+#include "maxsimd/v1/admin.grpc.pb.h"
+#include "maxsimd/v1/reranker.grpc.pb.h"
+#include "tests/support/http.h"
+#include "tests/support/status_matchers.h"
+
+namespace maxsimd {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.metrics_listen = "127.0.0.1:0";
+    o.backend = BackendChoice::kCpu;
+    o.cpu_threads = 2;
+    o.request_limits.max_query_tokens = 64;
+    o.request_limits.max_candidates = 50;
+    o.request_limits.max_top_k = 200;
+    o.request_limits.max_batch_queries = 8;
+    o.drain_timeout = absl::Seconds(5);
+    auto s = MaxsimServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    reranker_ = v1::Reranker::NewStub(channel_);
+    admin_ = v1::Admin::NewStub(channel_);
+  }
+
+  grpc::Status CreateCorpus(const std::string& name, int dim) {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name(name);
+    req.set_dim(dim);
+    v1::CorpusInfo info;
+    return admin_->CreateCorpus(&ctx, req, &info);
+  }
+
+  // Streams `synth` documents [begin, end) in messages of `per_message`.
+  grpc::Status Add(const std::string& corpus, const SyntheticCorpus& synth,
+                   int64_t begin, int64_t end, int per_message,
+                   v1::AddDocumentsResponse* resp) {
+    grpc::ClientContext ctx;
+    auto writer = admin_->AddDocuments(&ctx, resp);
+    for (int64_t d = begin; d < end; d += per_message) {
+      v1::AddDocumentsRequest m;
+      if (d == begin) m.set_corpus(corpus);
+      const int64_t stop = std::min(end, d + per_message);
+      for (int64_t i = d; i < stop; ++i) {
+        m.add_ids(synth.ids[i]);
+        m.add_token_counts(
+            static_cast<int32_t>(synth.cu_seqlens[i + 1] - synth.cu_seqlens[i]));
+      }
+      const int64_t r0 = synth.cu_seqlens[d], r1 = synth.cu_seqlens[stop];
+      m.mutable_tokens()->set_dtype(v1::DTYPE_FLOAT32);
+      m.mutable_tokens()->add_shape(r1 - r0);
+      m.mutable_tokens()->add_shape(synth.dim);
+      m.mutable_tokens()->set_data(synth.tokens.data() + r0 * synth.dim,
+                                   (r1 - r0) * synth.dim * sizeof(float));
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  static v1::RerankRequest Query(const std::string& corpus,
+                                 const std::vector<float>& tokens, int dim,
+                                 int top_k) {
+    v1::RerankRequest r;
+    r.set_corpus(corpus);
+    r.set_top_k(top_k);
+    r.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+    r.mutable_query()->add_shape(static_cast<int64_t>(tokens.size()) / dim);
+    r.mutable_query()->add_shape(dim);
+    r.mutable_query()->set_data(tokens.data(), tokens.size() * sizeof(float));
+    return r;
+  }
+
+  grpc::Status Rerank(const v1::RerankRequest& req, v1::RerankResponse* resp) {
+    grpc::ClientContext ctx;
+    return reranker_->Rerank(&ctx, req, resp);
+  }
+
+  // The oracle's ranking of `req` against the server's current snapshot of
+  // `corpus`, as (id, score) pairs.
+  std::vector<std::pair<std::string, float>> Expected(
+      const std::string& corpus, const v1::RerankRequest& req) {
+    auto snap = server_->corpora()->Get(corpus).value()->Snapshot();
+    const int dim = snap->config().dim;
+    std::vector<float> q(req.query().data().size() / sizeof(float));
+    std::memcpy(q.data(), req.query().data().data(), req.query().data().size());
+    const auto refs = snap->SegmentRefs();
+    std::vector<int64_t> offsets{0, static_cast<int64_t>(q.size()) / dim};
+    std::vector<int32_t> top_k{req.top_k()};
+    std::vector<int64_t> cand_offsets{0};
+    std::vector<DocRef> cands;
+    for (const std::string& id : req.candidate_ids()) {
+      cands.push_back(snap->Find(id).value());
+    }
+    cand_offsets.push_back(static_cast<int64_t>(cands.size()));
+    SearchParams p;
+    p.query_tokens = q.data();
+    p.query_offsets = offsets.data();
+    p.num_queries = 1;
+    p.dim = dim;
+    p.segments = refs;
+    p.top_k = top_k.data();
+    if (!cands.empty()) {
+      p.candidate_offsets = cand_offsets.data();
+      p.candidates = cands.data();
+    }
+    std::vector<std::pair<std::string, float>> out;
+    const auto ranked = ReferenceSearch(p);
+    for (const ScoredDoc& d : ranked[0]) {
+      out.emplace_back(snap->IdOf(d.index), d.score);
+    }
+    return out;
+  }
+
+  static void ExpectSameRanking(
+      const v1::RerankResponse& got,
+      const std::vector<std::pair<std::string, float>>& want) {
+    ASSERT_EQ(got.results_size(), static_cast<int>(want.size()));
+    for (int i = 0; i < got.results_size(); ++i) {
+      EXPECT_EQ(got.results(i).id(), want[i].first) << "rank " << i;
+      EXPECT_NEAR(got.results(i).score(), want[i].second,
+                  1e-4 * std::max(1.f, std::fabs(want[i].second)));
+    }
+  }
+
+  std::unique_ptr<MaxsimServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Reranker::Stub> reranker_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+TEST_F(ServerTest, HealthAnswersPerService) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  for (const char* service : {"", "maxsimd.v1.Reranker", "maxsimd.v1.Admin"}) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service("no.such.Service");
+  grpc::health::v1::HealthCheckResponse resp;
+  EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// One reflection request over the generic stub; returns the raw response.
+std::string ReflectionCall(grpc::Channel* channel, const std::string& request) {
+  grpc::GenericStub stub(channel->shared_from_this());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  std::string body;
+  std::vector<grpc::Slice> slices;
+  if (ok && in.Dump(&slices).ok()) {
+    for (const auto& s : slices) {
+      body.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  call->WritesDone(reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return body;
+}
+
+// Encodes a length-delimited protobuf field (wire type 2).
+std::string Field(int number, const std::string& value) {
+  std::string out(1, static_cast<char>(number << 3 | 2));
+  out.push_back(static_cast<char>(value.size()));  // values here are < 128
+  return out + value;
+}
+
+TEST_F(ServerTest, ReflectionListsServicesAndDescribesHealth) {
+  // ServerReflectionRequest.list_services is field 7.
+  const std::string list = ReflectionCall(channel_.get(), Field(7, "*"));
+  EXPECT_THAT(list, HasSubstr("maxsimd.v1.Reranker"));
+  EXPECT_THAT(list, HasSubstr("maxsimd.v1.Admin"));
+  EXPECT_THAT(list, HasSubstr("grpc.health.v1.Health"));
+  // file_containing_symbol is field 4; the answer carries the serialized
+  // FileDescriptorProto of health.proto.
+  const std::string health =
+      ReflectionCall(channel_.get(), Field(4, "grpc.health.v1.Health"));
+  EXPECT_THAT(health, HasSubstr("grpc/health/v1/health.proto"));
+  EXPECT_THAT(health, HasSubstr("HealthCheckRequest"));
+}
+
+TEST_F(ServerTest, AddQueryDeleteQueryMatchesTheReference) {
+  SyntheticCorpusOptions so;
+  so.num_docs = 300;
+  so.dim = 64;
+  so.min_tokens = 1;
+  so.max_tokens = 40;
+  so.seed = 7;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  ASSERT_TRUE(CreateCorpus("docs", 64).ok());
+  // Two streams, so the corpus has two segments.
+  v1::AddDocumentsResponse added;
+  ASSERT_TRUE(Add("docs", synth, 0, 200, 37, &added).ok());
+  EXPECT_EQ(added.added(), 200);
+  ASSERT_TRUE(Add("docs", synth, 200, 300, 64, &added).ok());
+  EXPECT_EQ(added.corpus().num_documents(), 300);
+  EXPECT_EQ(added.corpus().num_segments(), 2);
+
+  const std::vector<float> q =
+      GenerateQueryForDocument(synth, 250, 16, 0.1f, 3);
+  v1::RerankRequest scan = Query("docs", q, 64, 20);
+  v1::RerankResponse resp;
+  ASSERT_TRUE(Rerank(scan, &resp).ok());
+  ExpectSameRanking(resp, Expected("docs", scan));
+  EXPECT_EQ(resp.results(0).id(), synth.ids[250]);
+  EXPECT_GT(resp.timing().total_ns(), 0);
+
+  v1::RerankRequest rerank = scan;
+  for (int i = 0; i < 40; ++i) rerank.add_candidate_ids(synth.ids[i * 7]);
+  rerank.set_top_k(200);  // more than the candidates: all 40 come back
+  ASSERT_TRUE(Rerank(rerank, &resp).ok());
+  EXPECT_EQ(resp.results_size(), 40);
+  ExpectSameRanking(resp, Expected("docs", rerank));
+
+  // Delete the best document and one candidate; both vanish from results.
+  const std::string best = resp.results(0).id();
+  grpc::ClientContext ctx;
+  v1::DeleteDocumentsRequest del;
+  del.set_corpus("docs");
+  del.add_ids(synth.ids[250]);
+  del.add_ids(best);
+  v1::DeleteDocumentsResponse del_resp;
+  ASSERT_TRUE(admin_->DeleteDocuments(&ctx, del, &del_resp).ok());
+  EXPECT_EQ(del_resp.deleted(), best == synth.ids[250] ? 1 : 2);
+  ASSERT_TRUE(Rerank(scan, &resp).ok());
+  ExpectSameRanking(resp, Expected("docs", scan));
+  for (const auto& r : resp.results()) EXPECT_NE(r.id(), synth.ids[250]);
+  // The deleted candidate is now unknown.
+  EXPECT_EQ(Rerank(rerank, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, BadInputsGetTheirCodesAndTheServerKeepsServing) {
+  ASSERT_TRUE(CreateCorpus("c", 8).ok());
+  SyntheticCorpusOptions so;
+  so.num_docs = 10;
+  so.dim = 8;
+  so.min_tokens = 2;
+  so.max_tokens = 4;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  v1::AddDocumentsResponse added;
+  ASSERT_TRUE(Add("c", synth, 0, 10, 10, &added).ok());
+  const v1::RerankRequest good =
+      Query("c", std::vector<float>(2 * 8, 0.5f), 8, 5);
+
+  struct Case {
+    const char* name;
+    std::function<void(v1::RerankRequest&)> mutate;
+    grpc::StatusCode code;
+    const char* field;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"wrong byte length",
+       [](auto& r) { r.mutable_query()->mutable_data()->append("x"); },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.data"},
+      {"d mismatch", [](auto& r) { r.mutable_query()->set_shape(1, 16); },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.shape[1]"},
+      {"unknown dtype",
+       [](auto& r) { r.mutable_query()->set_dtype(static_cast<v1::DType>(9)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.dtype"},
+      {"empty query",
+       [](auto& r) {
+         r.mutable_query()->set_shape(0, 0);
+         r.mutable_query()->clear_data();
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.shape[0]"},
+      {"NaN value",
+       [nan](auto& r) {
+         std::memcpy(r.mutable_query()->mutable_data()->data(), &nan, 4);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.data"},
+      {"Lq over the limit",
+       [](auto& r) {
+         const std::vector<float> big(65 * 8, 0.1f);
+         r.mutable_query()->set_shape(0, 65);
+         r.mutable_query()->set_data(big.data(), big.size() * 4);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "query.shape[0] is 65"},
+      {"top_k over the limit", [](auto& r) { r.set_top_k(201); },
+       grpc::StatusCode::INVALID_ARGUMENT, "top_k is 201"},
+      {"too many candidates",
+       [](auto& r) {
+         for (int i = 0; i < 51; ++i) r.add_candidate_ids("doc-1");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "candidate_ids has 51"},
+      {"unknown corpus", [](auto& r) { r.set_corpus("nope"); },
+       grpc::StatusCode::NOT_FOUND, "corpus"},
+      {"unknown id", [](auto& r) { r.add_candidate_ids("missing-id"); },
+       grpc::StatusCode::NOT_FOUND, "candidate_ids[0]"},
+  };
+  for (const Case& c : cases) {
+    v1::RerankRequest req = good;
+    c.mutate(req);
+    v1::RerankResponse resp;
+    const grpc::Status s = Rerank(req, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.field)) << c.name;
+    // Still serving after every bad request.
+    ASSERT_TRUE(Rerank(good, &resp).ok()) << "after " << c.name;
+    EXPECT_EQ(resp.results_size(), 5);
+  }
+
+  // Duplicate id on add: ALREADY_EXISTS, and the corpus is unchanged.
+  EXPECT_EQ(Add("c", synth, 3, 4, 1, &added).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  // Repeated inside one stream: INVALID_ARGUMENT, nothing of it added.
+  SyntheticCorpus twice = synth;
+  twice.ids[1] = twice.ids[0] = "fresh";
+  grpc::Status s = Add("c", twice, 0, 2, 1, &added);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("appears twice"));
+  // Bad dim in a create.
+  EXPECT_EQ(CreateCorpus("bad", 0).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateCorpus("c", 8).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  grpc::ClientContext ctx;
+  v1::GetCorpusRequest get;
+  get.set_name("c");
+  v1::CorpusInfo info;
+  ASSERT_TRUE(admin_->GetCorpus(&ctx, get, &info).ok());
+  EXPECT_EQ(info.num_documents(), 10);
+  EXPECT_EQ(info.num_segments(), 1);
+}
+
+TEST_F(ServerTest, MessageOverTheSizeLimitIsRefusedByTransport) {
+  ASSERT_TRUE(CreateCorpus("c", 8).ok());
+  v1::RerankRequest req = Query("c", std::vector<float>(8, 1.f), 8, 1);
+  req.set_request_id(std::string(65 << 20, 'x'));  // over 64 MiB
+  v1::RerankResponse resp;
+  EXPECT_EQ(Rerank(req, &resp).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(ServerTest, BatchAndStreamAnswerEveryQuery) {
+  SyntheticCorpusOptions so;
+  so.num_docs = 80;
+  so.dim = 32;
+  so.max_tokens = 50;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  ASSERT_TRUE(CreateCorpus("s", 32).ok());
+  v1::AddDocumentsResponse added;
+  ASSERT_TRUE(Add("s", synth, 0, 80, 80, &added).ok());
+
+  v1::RerankBatchRequest batch;
+  for (int i = 0; i < 4; ++i) {
+    *batch.add_queries() =
+        Query("s", GenerateQueryForDocument(synth, i * 10, 8, 0.05f, i), 32, 3);
+    batch.mutable_queries(i)->set_request_id(absl::StrCat("q", i));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::RerankBatchResponse resp;
+    ASSERT_TRUE(reranker_->RerankBatch(&ctx, batch, &resp).ok());
+    ASSERT_EQ(resp.results_size(), 4);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(resp.results(i).request_id(), absl::StrCat("q", i));
+      ExpectSameRanking(resp.results(i), Expected("s", batch.queries(i)));
+    }
+  }
+  {
+    // One bad query fails the whole batch, naming its index.
+    v1::RerankBatchRequest bad = batch;
+    bad.mutable_queries(2)->set_top_k(-5);
+    grpc::ClientContext ctx;
+    v1::RerankBatchResponse resp;
+    const grpc::Status s = reranker_->RerankBatch(&ctx, bad, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("queries[2].top_k"));
+  }
+  {
+    // A stream with a bad request in the middle keeps going.
+    grpc::ClientContext ctx;
+    auto stream = reranker_->RerankStream(&ctx);
+    for (int i = 0; i < 4; ++i) {
+      v1::RerankRequest r = batch.queries(i);
+      if (i == 1) r.set_corpus("nope");
+      ASSERT_TRUE(stream->Write(r));
+    }
+    stream->WritesDone();
+    std::map<std::string, v1::RerankResponse> got;
+    v1::RerankResponse r;
+    while (stream->Read(&r)) got[r.request_id()] = r;
+    ASSERT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_EQ(got["q1"].status_code(), grpc::StatusCode::NOT_FOUND);
+    for (int i : {0, 2, 3}) {
+      const auto& resp = got[absl::StrCat("q", i)];
+      EXPECT_EQ(resp.status_code(), 0);
+      ExpectSameRanking(resp, Expected("s", batch.queries(i)));
+    }
+  }
+}
+
+TEST_F(ServerTest, MetricsEndpointServesValidPrometheusText) {
+  ASSERT_TRUE(CreateCorpus("m", 8).ok());
+  v1::RerankResponse resp;
+  Rerank(Query("m", std::vector<float>(8, 1.f), 8, 1), &resp);  // OK, empty
+  Rerank(Query("nope", std::vector<float>(8, 1.f), 8, 1), &resp);
+  auto text = ::maxsimd::testing::HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(::maxsimd::testing::CheckPrometheusText(*text), "");
+  for (const char* name :
+       {"maxsimd_build_info{", "maxsimd_requests_total{code=\"NOT_FOUND\"",
+        "maxsimd_request_duration_seconds_bucket{", "maxsimd_corpus_documents{",
+        "maxsimd_queue_depth ", "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ", "process_open_fds ",
+        "process_start_time_seconds "}) {
+    EXPECT_THAT(*text, HasSubstr(name));
+  }
+  bool ran = false;
+  EXPECT_EQ(::maxsimd::testing::PromtoolCheck(*text, &ran), "");
+  if (!ran) std::printf("promtool not installed; format checked in-process\n");
+}
+
+TEST_F(ServerTest, ShutdownTurnsHealthNotServingAndRefusesNewCalls) {
+  server_->Shutdown();
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s = health->Check(&ctx, req, &resp);
+  EXPECT_FALSE(s.ok() &&
+               resp.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+}  // namespace
+}  // namespace maxsimd
