@@ -1,3 +1,16 @@
 # CUDA sources of maxsimd_kernels, included when MAXSIMD_WITH_CUDA is on.
-# Until the CUDA backend lands, builds with CUDA use the no-device stand-in.
-target_sources(maxsimd_kernels PRIVATE gpu_backend_none.cc)
+# The MaxSim kernels are instantiated one translation unit per (operation,
+# dtype), so a 2-core build compiles them in parallel; gpu_backend.cu is host
+# code that calls the launchers.
+target_sources(maxsimd_kernels PRIVATE
+  gpu_backend.cu
+  maxsim_scan.cu
+  maxsim_scan_fp16.cu
+  maxsim_scan_bf16.cu
+  maxsim_gather.cu
+  maxsim_gather_fp16.cu
+  maxsim_gather_bf16.cu
+  topk.cu
+)
+maxsimd_set_cuda_flags(maxsimd_kernels)
+target_link_libraries(maxsimd_kernels PUBLIC CUDA::cudart_static)

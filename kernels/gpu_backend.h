@@ -25,7 +25,15 @@ namespace maxsimd {
 struct GpuBackendOptions {
   int device = 0;       // CUDA device ordinal
   int num_workers = 2;  // worker slots, each with its own stream + workspace
-  BackendLimits limits;
+  BackendLimits limits;  // limits.max_dim is capped at 2048 on the GPU
+  // Staged query elements per batch (total query tokens x dim rounded up to
+  // a multiple of 32); a larger batch is refused with INVALID_ARGUMENT. Sizes
+  // the pinned and device query buffers (2 bytes per element each).
+  int64_t max_query_elements = int64_t{1} << 23;
+  // (queries x documents) scores a scan holds at once: the scan walks each
+  // segment in chunks of scan_chunk_entries / num_queries documents, so its
+  // workspace stays bounded whatever the corpus size (4 bytes per entry).
+  int64_t scan_chunk_entries = int64_t{1} << 22;
 };
 
 class GpuBackend {

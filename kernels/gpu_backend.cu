@@ -1,0 +1,709 @@
+// The GPU Backend: worker slots (stream + workspace + pinned staging, all
+// allocated in Create), request planning, and the scan / gather pipelines:
+//
+//   stage queries (fp32 -> corpus dtype, pinned) -> one H2D
+//   scan:   per segment, per chunk of documents: zero scores, MaxSim scan
+//           kernel, top-k select merged into the running result; D2H of
+//           each segment's top k; the host merges segments
+//   gather: zero scores, one MaxSim gather launch over every (query,
+//           candidate) record, top-k select, D2H
+//
+// Nothing here allocates on the request path; Upload() is the write path.
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/element.h"
+#include "kernels/gpu_backend.h"
+#include "kernels/maxsim_gather.h"
+#include "kernels/maxsim_scan.h"
+#include "kernels/status_macros.h"
+#include "kernels/topk.h"
+
+namespace maxsimd {
+namespace {
+
+// The widest embedding the pass tile of the MaxSim kernels holds in shared
+// memory (32 rows x 2048 x 2 bytes).
+constexpr int32_t kGpuMaxDim = 2048;
+constexpr size_t kAlign = 256;
+// Event pairs per worker for splitting kernel time into scoring and top-k.
+constexpr int kTimingPairs = 32;
+
+size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class NvtxRange {
+ public:
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+// Restores the calling thread's current device on scope exit, so that a
+// backend on device N leaves its callers' CUDA state as it found it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) MAXSIMD_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess &&
+        now != previous_) {
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
+    }
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class DeviceBuffer final : public ResidentBuffer {
+ public:
+  DeviceBuffer(int device, void* ptr, size_t bytes)
+      : device_(device), ptr_(ptr), bytes_(bytes) {}
+  ~DeviceBuffer() override {
+    if (ptr_ == nullptr) return;
+    DeviceGuard guard(device_);
+    MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(ptr_));
+  }
+  const void* data() const override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  int device_;
+  void* ptr_;
+  size_t bytes_;
+};
+
+// Offsets of one request's inputs inside the staging blob; the pinned and
+// device blobs share the layout, so one H2D copy moves them all.
+struct InputLayout {
+  size_t query = 0, row_query = 0, query_offsets = 0, top_k = 0;
+  size_t rec_offsets = 0, records = 0, tiles = 0, end = 0;
+
+  static InputLayout Make(int64_t query_elems, int64_t rows, int32_t nq,
+                          int64_t records, int64_t tiles) {
+    InputLayout l;
+    size_t at = 0;
+    auto take = [&at](size_t bytes) {
+      const size_t here = at;
+      at = AlignUp(at + bytes);
+      return here;
+    };
+    l.query = take(query_elems * 2);
+    l.row_query = take(rows * sizeof(int32_t));
+    l.query_offsets = take((nq + 1) * sizeof(int64_t));
+    l.top_k = take(nq * sizeof(int32_t));
+    l.rec_offsets = take((nq + 1) * sizeof(int64_t));
+    l.records = take(records * sizeof(GatherRecord));
+    l.tiles = take(tiles * sizeof(GatherTile));
+    l.end = at;
+    return l;
+  }
+};
+
+int64_t MaxTiles(const BackendLimits& limits) {
+  return limits.max_batch_candidates / kGatherRecordsPerTile +
+         limits.max_batch_queries;
+}
+
+// One worker slot. Owned by the backend; used by one Search() at a time.
+struct Worker {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, staged = nullptr, scored = nullptr,
+              done = nullptr;
+  cudaEvent_t pair[kTimingPairs][2] = {};
+  char* pinned_in = nullptr;  // InputLayout at capacity
+  char* dev_in = nullptr;
+  size_t in_bytes = 0;
+  uint64_t* pinned_out = nullptr;  // ring of per-segment results
+  int64_t out_entries = 0;
+  float* scores = nullptr;  // scan chunk or gather records
+  int64_t score_entries = 0;
+  uint64_t* topk = nullptr;  // [max_batch_queries, kMaxTopK]
+  TopKWorkspace ws;
+};
+
+class GpuBackendImpl final : public Backend {
+ public:
+  explicit GpuBackendImpl(const GpuBackendOptions& options)
+      : options_(options) {
+    options_.limits.max_dim = std::min(options_.limits.max_dim, kGpuMaxDim);
+  }
+  ~GpuBackendImpl() override;
+
+  absl::Status Init();
+
+  std::string name() const override {
+    return absl::StrCat("gpu:", options_.device);
+  }
+  const BackendLimits& limits() const override { return options_.limits; }
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
+      const void* host, size_t bytes) override;
+  absl::Status Search(const SearchParams& params,
+                      absl::Span<std::vector<ScoredDoc>> results,
+                      SearchTiming* timing) override;
+  bool healthy() const override { return healthy_.load(); }
+
+ private:
+  struct Plan;  // one request's host-side plan
+
+  absl::Status InitWorker(Worker* w);
+  int AcquireWorker();
+  void ReleaseWorker(int index);
+  // Marks the backend unhealthy when `st` is a device failure.
+  absl::Status Sticky(absl::Status st);
+  absl::Status RunSearch(Worker& w, const SearchParams& p, DType dtype,
+                         absl::Span<std::vector<ScoredDoc>> results,
+                         SearchTiming* timing);
+
+  GpuBackendOptions options_;
+  std::atomic<bool> healthy_{true};
+  cudaStream_t upload_stream_ = nullptr;
+  std::vector<Worker> workers_;
+  absl::Mutex mu_;
+  std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+};
+
+GpuBackendImpl::~GpuBackendImpl() {
+  DeviceGuard guard(options_.device);
+  for (Worker& w : workers_) {
+    if (w.stream != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.stream));
+    for (cudaEvent_t e : {w.start, w.staged, w.scored, w.done}) {
+      if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
+    }
+    for (auto& p : w.pair) {
+      for (cudaEvent_t e : p) {
+        if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
+      }
+    }
+    if (w.pinned_in) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w.pinned_in));
+    if (w.pinned_out) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w.pinned_out));
+    for (void* p : {static_cast<void*>(w.dev_in), static_cast<void*>(w.scores),
+                    static_cast<void*>(w.topk),
+                    static_cast<void*>(w.ws.partial[0]),
+                    static_cast<void*>(w.ws.partial[1])}) {
+      if (p != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(p));
+    }
+    if (w.stream != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(w.stream));
+  }
+  if (upload_stream_ != nullptr) {
+    MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(upload_stream_));
+  }
+}
+
+absl::Status GpuBackendImpl::Init() {
+  MAXSIMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  MAXSIMD_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
+  workers_.resize(options_.num_workers);
+  for (int i = 0; i < options_.num_workers; ++i) {
+    MAXSIMD_RETURN_IF_ERROR(InitWorker(&workers_[i]));
+    absl::MutexLock lock(&mu_);
+    free_.push_back(i);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackendImpl::InitWorker(Worker* w) {
+  const BackendLimits& lim = options_.limits;
+  MAXSIMD_CUDA_CHECK(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&w->start, &w->staged, &w->scored, &w->done}) {
+    MAXSIMD_CUDA_CHECK(cudaEventCreate(e));
+  }
+  for (auto& p : w->pair) {
+    MAXSIMD_CUDA_CHECK(cudaEventCreate(&p[0]));
+    MAXSIMD_CUDA_CHECK(cudaEventCreate(&p[1]));
+  }
+  const InputLayout cap = InputLayout::Make(
+      options_.max_query_elements, lim.max_batch_query_tokens,
+      lim.max_batch_queries, lim.max_batch_candidates, MaxTiles(lim));
+  w->in_bytes = cap.end;
+  MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
+                                   w->in_bytes, cudaHostAllocDefault));
+  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->dev_in), w->in_bytes));
+  const int64_t topk_entries =
+      static_cast<int64_t>(lim.max_batch_queries) * kMaxTopK;
+  w->out_entries = 2 * topk_entries;
+  MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_out),
+                                   w->out_entries * sizeof(uint64_t),
+                                   cudaHostAllocDefault));
+  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->topk),
+                                topk_entries * sizeof(uint64_t)));
+  w->score_entries =
+      std::max(options_.scan_chunk_entries, lim.max_batch_candidates);
+  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->scores),
+                                w->score_entries * sizeof(float)));
+  // The longest top-k row: a scan chunk (<= scan_chunk_entries documents)
+  // or one query's candidates.
+  w->ws.entries = TopKWorkspaceEntries(w->score_entries);
+  for (uint64_t*& p : w->ws.partial) {
+    MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p),
+                                  w->ws.entries * sizeof(uint64_t)));
+  }
+  return absl::OkStatus();
+}
+
+int GpuBackendImpl::AcquireWorker() {
+  auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !free_.empty();
+  };
+  absl::MutexLock lock(&mu_, absl::Condition(&available));
+  const int index = free_.back();
+  free_.pop_back();
+  return index;
+}
+
+void GpuBackendImpl::ReleaseWorker(int index) {
+  absl::MutexLock lock(&mu_);
+  free_.push_back(index);
+}
+
+absl::Status GpuBackendImpl::Sticky(absl::Status st) {
+  if (!st.ok() && (st.code() == absl::StatusCode::kUnavailable ||
+                   st.code() == absl::StatusCode::kInternal)) {
+    healthy_.store(false);
+  }
+  return st;
+}
+
+absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
+    const void* host, size_t bytes) {
+  if (!healthy_.load()) {
+    return absl::UnavailableError("GpuBackend::Upload: the device has failed");
+  }
+  NvtxRange range("maxsimd.upload");
+  DeviceGuard guard(options_.device);
+  if (bytes == 0) {
+    return std::unique_ptr<ResidentBuffer>(
+        new DeviceBuffer(options_.device, nullptr, 0));
+  }
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("GpuBackend::Upload: ", bytes, " bytes do not fit on ",
+                     name(), " (", free_bytes, " of ", total_bytes,
+                     " bytes free)"));
+  }
+  if (err != cudaSuccess) {
+    return Sticky(CudaErrorToStatus(err, "cudaMalloc", __FILE__, __LINE__));
+  }
+  auto buffer = std::make_unique<DeviceBuffer>(options_.device, ptr, bytes);
+  absl::Status st = [&]() -> absl::Status {
+    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(ptr, host, bytes, cudaMemcpyHostToDevice,
+                                       upload_stream_));
+    MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(upload_stream_));
+    return absl::OkStatus();
+  }();
+  if (!st.ok()) return Sticky(st);
+  return std::unique_ptr<ResidentBuffer>(std::move(buffer));
+}
+
+absl::Status GpuBackendImpl::Search(const SearchParams& params,
+                                    absl::Span<std::vector<ScoredDoc>> results,
+                                    SearchTiming* timing) {
+  if (!healthy_.load()) {
+    return absl::UnavailableError("GpuBackend::Search: the device has failed");
+  }
+  MAXSIMD_RETURN_IF_ERROR(
+      ValidateSearchParams(params, options_.limits, results.size()));
+  for (auto& r : results) r.clear();
+  if (params.num_queries == 0 || params.segments.empty()) {
+    return absl::OkStatus();
+  }
+  const DType dtype = params.segments[0].resident.dtype;
+  for (size_t s = 0; s < params.segments.size(); ++s) {
+    const SegmentView& v = params.segments[s].resident;
+    if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),
+          "; the GPU backend reads float16 or bfloat16"));
+    }
+    if (v.dtype != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),
+          " but segments[0] is ", DTypeName(dtype), "; one batch, one dtype"));
+    }
+    if (reinterpret_cast<uintptr_t>(v.tokens) % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GpuBackend::Search: segments[", s,
+          "].tokens is not 16-byte aligned"));
+    }
+    if (v.num_docs >= int64_t{0xffffffff}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GpuBackend::Search: segments[", s, "] has ", v.num_docs,
+                       " documents, the limit is 2^32 - 2"));
+    }
+  }
+  const int64_t rows = params.query_offsets[params.num_queries];
+  const int64_t elems = rows * PaddedDim(params.dim);
+  if (elems > options_.max_query_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GpuBackend::Search: the batch stages ", elems,
+        " query elements (tokens x dim rounded up to 32), the limit "
+        "(max_query_elements) is ",
+        options_.max_query_elements));
+  }
+
+  NvtxRange range("maxsimd.search");
+  DeviceGuard guard(options_.device);
+  const int index = AcquireWorker();
+  absl::Status st =
+      RunSearch(workers_[index], params, dtype, results, timing);
+  if (!st.ok()) {
+    // Leave the slot's stream idle for the next user.
+    (void)cudaStreamSynchronize(workers_[index].stream);
+  }
+  ReleaseWorker(index);
+  return Sticky(st);
+}
+
+absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
+                                       DType dtype,
+                                       absl::Span<std::vector<ScoredDoc>> results,
+                                       SearchTiming* timing) {
+  const int64_t host_start = NowNs();
+  const int32_t nq = p.num_queries;
+  const int32_t dim = p.dim;
+  const int32_t dpad = PaddedDim(dim);
+  const int64_t rows = p.query_offsets[nq];
+  const bool gather = p.candidate_offsets != nullptr;
+  int32_t kmax = 1;
+  for (int32_t q = 0; q < nq; ++q) kmax = std::max(kmax, p.top_k[q]);
+
+  // ---- Plan the gather records (host): live candidates only, each query's
+  // records contiguous; position = index - the query's lowest index.
+  int64_t num_records = 0, num_tiles = 0;
+  std::vector<int64_t> query_base(nq, 0);
+  if (gather) {
+    NvtxRange r("maxsimd.plan_gather");
+    // Records and tiles are written straight into the pinned blob below; a
+    // first pass finds the per-query minimum index.
+    for (int32_t q = 0; q < nq; ++q) {
+      int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
+      for (int64_t c = p.candidate_offsets[q]; c < p.candidate_offsets[q + 1];
+           ++c) {
+        const SegmentView& v = p.segments[p.candidates[c].segment].host;
+        const int64_t idx = v.base_index + p.candidates[c].doc;
+        lo = std::min(lo, idx);
+        hi = std::max(hi, idx);
+      }
+      if (lo <= hi && hi - lo >= int64_t{0xffffffff}) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "GpuBackend::Search: the candidates of query ", q,
+            " span internal indexes ", lo, "..", hi,
+            "; one query's candidates must lie within 2^32 - 1"));
+      }
+      query_base[q] = lo <= hi ? lo : 0;
+    }
+  }
+  // This request's layout: no larger than the capacity layout in every
+  // region, and compact, so the one H2D copy moves little beyond the data.
+  const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
+  const InputLayout cap = InputLayout::Make(
+      rows * dpad, rows, nq, total_candidates,
+      gather ? total_candidates / kGatherRecordsPerTile + nq : 0);
+  char* in = w.pinned_in;
+
+  // ---- Stage queries: fp32 -> dtype, rows padded to dpad with zeros.
+  {
+    NvtxRange r("maxsimd.stage");
+    uint16_t* qdst = reinterpret_cast<uint16_t*>(in + cap.query);
+    for (int64_t row = 0; row < rows; ++row) {
+      ConvertFromFloat(p.query_tokens + row * dim, dim, dtype,
+                       qdst + row * dpad);
+      std::memset(qdst + row * dpad + dim, 0, (dpad - dim) * 2);
+    }
+    int32_t* row_query = reinterpret_cast<int32_t*>(in + cap.row_query);
+    for (int32_t q = 0; q < nq; ++q) {
+      for (int64_t row = p.query_offsets[q]; row < p.query_offsets[q + 1];
+           ++row) {
+        row_query[row] = q;
+      }
+    }
+    std::memcpy(in + cap.query_offsets, p.query_offsets,
+                (nq + 1) * sizeof(int64_t));
+    std::memcpy(in + cap.top_k, p.top_k, nq * sizeof(int32_t));
+    if (gather) {
+      int64_t* rec_offsets = reinterpret_cast<int64_t*>(in + cap.rec_offsets);
+      GatherRecord* recs = reinterpret_cast<GatherRecord*>(in + cap.records);
+      GatherTile* tiles = reinterpret_cast<GatherTile*>(in + cap.tiles);
+      rec_offsets[0] = 0;
+      for (int32_t q = 0; q < nq; ++q) {
+        const int64_t first = num_records;
+        for (int64_t c = p.candidate_offsets[q]; c < p.candidate_offsets[q + 1];
+             ++c) {
+          const SegmentRef& seg = p.segments[p.candidates[c].segment];
+          const int64_t doc = p.candidates[c].doc;
+          if (IsTombstoned(seg.host.tombstones, doc)) continue;
+          const int64_t t0 = seg.host.cu_seqlens[doc];
+          GatherRecord& rec = recs[num_records++];
+          rec.tokens = static_cast<const char*>(seg.resident.tokens) +
+                       t0 * dim * int64_t{2};
+          rec.len = static_cast<int32_t>(seg.host.cu_seqlens[doc + 1] - t0);
+          rec.position = static_cast<uint32_t>(seg.host.base_index + doc -
+                                               query_base[q]);
+        }
+        rec_offsets[q + 1] = num_records;
+        for (int64_t b = first; b < num_records; b += kGatherRecordsPerTile) {
+          GatherTile& t = tiles[num_tiles++];
+          t.query = q;
+          t.rec_begin = b;
+          t.rec_end = std::min<int64_t>(b + kGatherRecordsPerTile, num_records);
+        }
+      }
+    }
+  }
+  // One copy up to the last used byte; the only gaps are alignment and the
+  // records of deleted candidates.
+  size_t used = cap.top_k + nq * sizeof(int32_t);
+  if (gather) {
+    used = num_tiles > 0 ? cap.tiles + num_tiles * sizeof(GatherTile)
+                         : cap.rec_offsets + (nq + 1) * sizeof(int64_t);
+  }
+  const int64_t host_staged = NowNs();
+
+  cudaStream_t stream = w.stream;
+  MAXSIMD_CUDA_CHECK(cudaEventRecord(w.start, stream));
+  MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w.dev_in, w.pinned_in, used,
+                                     cudaMemcpyHostToDevice, stream));
+  MAXSIMD_CUDA_CHECK(cudaEventRecord(w.staged, stream));
+  const void* dev_query = w.dev_in + cap.query;
+  const int32_t* dev_row_query =
+      reinterpret_cast<const int32_t*>(w.dev_in + cap.row_query);
+  const int64_t* dev_qoff =
+      reinterpret_cast<const int64_t*>(w.dev_in + cap.query_offsets);
+  const int32_t* dev_topk =
+      reinterpret_cast<const int32_t*>(w.dev_in + cap.top_k);
+
+  int pairs_used = 0;
+  auto timed = [&](auto&& fn) -> absl::Status {
+    const bool t = pairs_used < kTimingPairs;
+    if (t) MAXSIMD_CUDA_CHECK(cudaEventRecord(w.pair[pairs_used][0], stream));
+    MAXSIMD_RETURN_IF_ERROR(fn());
+    if (t) {
+      MAXSIMD_CUDA_CHECK(cudaEventRecord(w.pair[pairs_used][1], stream));
+      ++pairs_used;
+    }
+    return absl::OkStatus();
+  };
+
+  // Per-segment results waiting in the pinned ring: (segment, ring offset).
+  struct Pending {
+    int64_t base = 0;
+    int64_t offset = 0;
+    bool per_query_base = false;
+  };
+  std::vector<Pending> pending;
+  int64_t ring_used = 0;
+  const int64_t result_entries = static_cast<int64_t>(nq) * kmax;
+  auto merge_pending = [&]() {
+    NvtxRange r("maxsimd.merge");
+    for (const Pending& pd : pending) {
+      for (int32_t q = 0; q < nq; ++q) {
+        const uint64_t* keys = w.pinned_out + pd.offset + int64_t{q} * kmax;
+        const int64_t base = pd.per_query_base ? query_base[q] : pd.base;
+        std::vector<ScoredDoc> seg;
+        for (int32_t i = 0; i < p.top_k[q] && keys[i] != 0; ++i) {
+          seg.push_back(DecodeTopKKey(keys[i], base));
+        }
+        if (results[q].empty()) {
+          results[q] = std::move(seg);
+        } else {
+          std::vector<ScoredDoc> merged;
+          merged.reserve(results[q].size() + seg.size());
+          std::merge(results[q].begin(), results[q].end(), seg.begin(),
+                     seg.end(), std::back_inserter(merged), RanksBefore);
+          if (static_cast<int64_t>(merged.size()) > p.top_k[q]) {
+            merged.resize(p.top_k[q]);
+          }
+          results[q] = std::move(merged);
+        }
+      }
+    }
+    pending.clear();
+    ring_used = 0;
+  };
+  auto fetch = [&](int64_t base, bool per_query_base) -> absl::Status {
+    if (ring_used + result_entries > w.out_entries) {
+      MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(stream));
+      merge_pending();
+    }
+    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(
+        w.pinned_out + ring_used, w.topk, result_entries * sizeof(uint64_t),
+        cudaMemcpyDeviceToHost, stream));
+    pending.push_back({base, ring_used, per_query_base});
+    ring_used += result_entries;
+    return absl::OkStatus();
+  };
+
+  if (gather) {
+    NvtxRange r("maxsimd.gather");
+    if (num_records > 0) {
+      MAXSIMD_CUDA_CHECK(cudaMemsetAsync(w.scores, 0,
+                                         num_records * sizeof(float), stream));
+      GatherLaunchParams g;
+      g.dtype = dtype;
+      g.dim = dim;
+      g.dpad = dpad;
+      g.query = dev_query;
+      g.query_offsets = dev_qoff;
+      g.records = reinterpret_cast<const GatherRecord*>(w.dev_in + cap.records);
+      g.tiles = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
+      g.num_tiles = num_tiles;
+      g.scores = w.scores;
+      g.row_tiles = ChooseRowTiles(rows, dpad);
+      MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimGather(g, stream));
+      const int64_t* rec_offsets = reinterpret_cast<const int64_t*>(
+          in + cap.rec_offsets);  // host copy, for the longest row
+      int64_t max_row = 0;
+      for (int32_t q = 0; q < nq; ++q) {
+        max_row = std::max(max_row, rec_offsets[q + 1] - rec_offsets[q]);
+      }
+      TopKSource src;
+      src.scores = w.scores;
+      src.positions = reinterpret_cast<const uint32_t*>(w.dev_in + cap.records) +
+                      offsetof(GatherRecord, position) / sizeof(uint32_t);
+      src.position_stride = sizeof(GatherRecord) / sizeof(uint32_t);
+      src.row_offsets =
+          reinterpret_cast<const int64_t*>(w.dev_in + cap.rec_offsets);
+      MAXSIMD_RETURN_IF_ERROR(timed([&] {
+        return SelectTopK(src, nq, max_row, dev_topk, kmax, false, w.topk,
+                          w.ws, stream);
+      }));
+      MAXSIMD_RETURN_IF_ERROR(fetch(0, true));
+    }
+  } else {
+    NvtxRange r("maxsimd.scan");
+    const int64_t chunk =
+        std::max<int64_t>(1, std::min<int64_t>(w.score_entries / nq,
+                                               int64_t{0xfffffffe}));
+    for (size_t s = 0; s < p.segments.size(); ++s) {
+      const SegmentView& v = p.segments[s].resident;
+      if (v.num_docs == 0) continue;
+      for (int64_t c0 = 0; c0 < v.num_docs; c0 += chunk) {
+        const int64_t clen = std::min(chunk, v.num_docs - c0);
+        MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
+            w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
+            stream));
+        ScanLaunchParams sp;
+        sp.dtype = dtype;
+        sp.dim = dim;
+        sp.dpad = dpad;
+        sp.query = dev_query;
+        sp.row_query = dev_row_query;
+        sp.query_offsets = dev_qoff;
+        sp.rows_total = rows;
+        sp.tokens = v.tokens;
+        sp.cu_seqlens = v.cu_seqlens;
+        sp.tombstones = v.tombstones;
+        sp.doc_begin = c0;
+        sp.num_docs = clen;
+        sp.scores = w.scores;
+        sp.score_stride = clen;
+        sp.row_tiles = ChooseRowTiles(rows, dpad);
+        MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimScan(sp, stream));
+        TopKSource src;
+        src.scores = w.scores;
+        src.position_base = static_cast<uint32_t>(c0);
+        src.tombstones = v.tombstones;
+        src.row_stride = clen;
+        src.row_len = clen;
+        MAXSIMD_RETURN_IF_ERROR(timed([&] {
+          return SelectTopK(src, nq, clen, dev_topk, kmax, c0 > 0, w.topk,
+                            w.ws, stream);
+        }));
+      }
+      MAXSIMD_RETURN_IF_ERROR(fetch(v.base_index, false));
+    }
+  }
+  MAXSIMD_CUDA_CHECK(cudaEventRecord(w.done, stream));
+  MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  merge_pending();
+
+  if (timing != nullptr) {
+    float ms_h2d = 0, ms_total = 0, ms_topk = 0;
+    MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_h2d, w.start, w.staged));
+    MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_total, w.staged, w.done));
+    for (int i = 0; i < pairs_used; ++i) {
+      float ms = 0;
+      MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms, w.pair[i][0], w.pair[i][1]));
+      ms_topk += ms;
+    }
+    timing->h2d_ns = (host_staged - host_start) + static_cast<int64_t>(ms_h2d * 1e6);
+    timing->topk_ns = static_cast<int64_t>(ms_topk * 1e6);
+    // The D2H copies of the results are small and overlap the next
+    // segment's work; what remains after the last kernel is host merging.
+    timing->d2h_ns = 0;
+    timing->kernel_ns =
+        std::max<int64_t>(0, static_cast<int64_t>((ms_total - ms_topk) * 1e6));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int GpuBackend::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> GpuBackend::Create(
+    const GpuBackendOptions& options) {
+  const int count = DeviceCount();
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GpuBackend::Create: device is ", options.device,
+                     ", this machine has ", count, " CUDA devices"));
+  }
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GpuBackend::Create: num_workers is ", options.num_workers,
+        ", must be at least 1"));
+  }
+  const BackendLimits& lim = options.limits;
+  if (lim.max_batch_queries < 1 || lim.max_batch_query_tokens < 1 ||
+      lim.max_batch_candidates < 0 || lim.max_dim < 1 ||
+      options.max_query_elements < 32 || options.scan_chunk_entries < 1) {
+    return absl::InvalidArgumentError(
+        "GpuBackend::Create: limits must be positive");
+  }
+  DeviceGuard guard(options.device);
+  auto backend = std::make_unique<GpuBackendImpl>(options);
+  absl::Status st = backend->Init();
+  if (!st.ok()) {
+    (void)cudaGetLastError();
+    return st;
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace maxsimd

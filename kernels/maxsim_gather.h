@@ -1,0 +1,66 @@
+// Launcher of the gather (rerank) kernel: per-query candidate lists scored
+// against the resident segments, reading only the candidates' tokens. A
+// whole batch of requests goes in one launch.
+//
+// The host plans the launch: one GatherRecord per live (query, candidate)
+// pair, grouped by query, and GatherTiles that cut each query's records into
+// blocks of work; both are staged in pinned memory and copied to the device
+// together with the queries.
+//
+// Internal to kernels/: this header names cudaStream_t.
+// Thread-safety: stateless.
+#ifndef MAXSIMD_KERNELS_MAXSIM_GATHER_H_
+#define MAXSIMD_KERNELS_MAXSIM_GATHER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// One (query, candidate) pair. 16 bytes; the layout is shared with the
+// device code.
+struct GatherRecord {
+  const void* tokens = nullptr;  // device address of the document's token 0
+  int32_t len = 0;               // its token count
+  uint32_t position = 0;         // internal index minus the query's lowest
+                                 // candidate index: the tie-break order
+};
+static_assert(sizeof(GatherRecord) == 16, "device layout");
+
+// A block's work: records [rec_begin, rec_end), all of query `query`.
+struct GatherTile {
+  int32_t query = 0;
+  int32_t unused = 0;
+  int64_t rec_begin = 0;
+  int64_t rec_end = 0;
+};
+static_assert(sizeof(GatherTile) == 24, "device layout");
+
+// Records per tile: one per warp of a block, so that a small rerank spreads
+// over as many multiprocessors as possible.
+inline constexpr int kGatherRecordsPerTile = 8;
+
+struct GatherLaunchParams {
+  DType dtype = DType::kFloat16;
+  int32_t dim = 0;
+  int32_t dpad = 0;
+  const void* query = nullptr;             // [rows, dpad], dtype
+  const int64_t* query_offsets = nullptr;  // [num_queries + 1]
+  const GatherRecord* records = nullptr;
+  const GatherTile* tiles = nullptr;
+  int64_t num_tiles = 0;
+  // Output: scores[r] += MaxSim of record r; zeroed by the caller.
+  float* scores = nullptr;
+  int row_tiles = 2;  // 2 or 8
+};
+
+absl::Status LaunchMaxSimGather(const GatherLaunchParams& params,
+                                cudaStream_t stream);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_MAXSIM_GATHER_H_

@@ -1,0 +1,66 @@
+// Launcher of the scan kernel: every live document of one segment chunk
+// against every query of a batch, scores into a bounded [queries, chunk]
+// block of workspace that the top-k pass (topk.h) consumes.
+//
+// Internal to kernels/: this header names cudaStream_t, so server/ and
+// index/ never include it (they use backend.h / gpu_backend.h).
+// Thread-safety: stateless; concurrent launches on different streams are
+// fine.
+#ifndef MAXSIMD_KERNELS_MAXSIM_SCAN_H_
+#define MAXSIMD_KERNELS_MAXSIM_SCAN_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// Embedding widths with a specialised kernel; every other width takes the
+// general path (correct for any dim, slower).
+inline constexpr int kSpecialisedDims[] = {64, 96, 128, 256};
+
+// Elements per staged query row: dim rounded up to a multiple of 32, the
+// k-slab of the kernels; the padding columns are zero.
+inline int32_t PaddedDim(int32_t dim) { return (dim + 31) / 32 * 32; }
+
+// Query rows per pass a launch uses (16 * mt). Chosen by the caller from
+// the rows it must cover; ChooseRowTiles() picks 8 m-tiles (128 rows) when
+// more than 32 rows need scoring and the tile fits shared memory, else 2.
+int ChooseRowTiles(int64_t rows, int32_t dpad);
+
+// One scan launch. All pointers are device memory.
+struct ScanLaunchParams {
+  DType dtype = DType::kFloat16;  // of the corpus and the staged queries
+  int32_t dim = 0;
+  int32_t dpad = 0;               // PaddedDim(dim)
+  const void* query = nullptr;    // [rows_total, dpad], dtype, zero-padded
+  const int32_t* row_query = nullptr;      // [rows_total]: query of each row
+  const int64_t* query_offsets = nullptr;  // [num_queries + 1]
+  int64_t rows_total = 0;
+  // The segment: tokens [num_tokens, dim], cu_seqlens [num_docs + 1],
+  // tombstone bitmap (may be null).
+  const void* tokens = nullptr;
+  const int64_t* cu_seqlens = nullptr;
+  const uint32_t* tombstones = nullptr;
+  // The chunk: documents [doc_begin, doc_begin + num_docs) of the segment.
+  int64_t doc_begin = 0;
+  int64_t num_docs = 0;
+  // Output: scores[q * score_stride + j] += MaxSim(query q, document
+  // doc_begin + j). The caller zeroes the block first; deleted documents are
+  // left untouched (top-k skips them by the tombstone bitmap).
+  float* scores = nullptr;
+  int64_t score_stride = 0;
+  int row_tiles = 2;  // 2 or 8: m-tiles of 16 rows per pass
+};
+
+// Enqueues the scan on `stream`. INVALID_ARGUMENT for an unsupported dtype
+// or row_tiles; errors of the launch itself come back as CUDA statuses.
+absl::Status LaunchMaxSimScan(const ScanLaunchParams& params,
+                              cudaStream_t stream);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_MAXSIM_SCAN_H_

@@ -1,0 +1,5 @@
+// Explicit instantiations of the scan kernels for fp16 corpora, every
+// (dim, row-tile) bucket: one translation unit per (dtype, operation).
+#include "kernels/detail/maxsim_kernels.cuh"
+
+MAXSIMD_INSTANTIATE_MAXSIM(LaunchScanTyped, maxsimd::ScanLaunchParams, maxsimd::detail::Fp16);

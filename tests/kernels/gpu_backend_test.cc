@@ -1,0 +1,174 @@
+// GpuBackend: creation, Upload (including out-of-memory), argument errors,
+// timing, and a corpus of more than 2^31 elements.
+#include "kernels/gpu_backend.h"
+
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/half.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace maxsimd {
+namespace {
+
+using ::maxsimd::testing::Batch;
+using ::maxsimd::testing::DeviceSegment;
+using ::maxsimd::testing::GpuSearch;
+using ::maxsimd::testing::HostSegment;
+using ::maxsimd::testing::MakeGpuBackend;
+using ::maxsimd::testing::RandomQuery;
+using ::maxsimd::testing::RandomSegment;
+using ::maxsimd::testing::StatusIs;
+using ::maxsimd::testing::Upload;
+
+TEST(GpuBackendTest, CreateRejectsABadOrdinal) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions o = ::maxsimd::testing::TestOptions();
+  o.device = GpuBackend::DeviceCount();
+  EXPECT_THAT(GpuBackend::Create(o),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  o.device = 0;
+  o.num_workers = 0;
+  EXPECT_THAT(GpuBackend::Create(o),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(GpuBackendTest, UploadOutOfMemoryLeavesTheBackendHealthy) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  const char byte = 1;
+  // 1 PiB: more than any GPU has. The host pointer is never read, since the
+  // allocation fails first.
+  EXPECT_THAT(backend->Upload(&byte, size_t{1} << 50),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(backend->healthy());
+  // The backend still works.
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg = RandomSegment(rng, 10, 1, 5, 64, DType::kFloat16, 0);
+  DeviceSegment d = Upload(*backend, seg);
+  Batch batch;
+  batch.dim = 64;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 3, 64), 10);
+  ::maxsimd::testing::ExpectMatchesReference(*backend, batch, DType::kFloat16);
+  EXPECT_TRUE(backend->healthy());
+}
+
+TEST(GpuBackendTest, RejectsBadArgumentsAndStaysHealthy) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(1);
+  HostSegment f32 = RandomSegment(rng, 4, 1, 3, 8, DType::kFloat32, 0);
+  Batch batch;
+  batch.dim = 8;
+  batch.refs = {{f32.View(), f32.View()}};
+  batch.AddQuery(RandomQuery(rng, 2, 8), 1);
+  std::vector<std::vector<ScoredDoc>> got(1);
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("segments[0].dtype")));
+  HostSegment seg = RandomSegment(rng, 4, 1, 3, 8, DType::kFloat16, 0);
+  DeviceSegment d = Upload(*backend, seg);
+  batch.refs = {d.ref};
+  batch.top_k = {kMaxTopK + 1};
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("top_k[0]")));
+  EXPECT_TRUE(backend->healthy());
+}
+
+TEST(GpuBackendTest, FillsTiming) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg = RandomSegment(rng, 2000, 1, 40, 128, DType::kFloat16, 0);
+  DeviceSegment d = Upload(*backend, seg);
+  Batch batch;
+  batch.dim = 128;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 32, 128), 100);
+  std::vector<std::vector<ScoredDoc>> got(1);
+  SearchTiming t;
+  MAXSIMD_ASSERT_OK(backend->Search(batch.Params(), absl::MakeSpan(got), &t));
+  EXPECT_GT(t.h2d_ns, 0);
+  EXPECT_GT(t.kernel_ns, 0);
+  EXPECT_GT(t.topk_ns, 0);
+  EXPECT_EQ(got[0].size(), 100u);
+}
+
+// d = 128 fp16, 17M tokens = 2.2e9 elements (4.4 GB) in one segment, so
+// element offsets pass 2^31. Three planted documents past that point hold
+// copies of the query's tokens and must rank first, in a known order; the
+// oracle checks the scores of the whole top 10 (it reads only those
+// documents).
+TEST(GpuBackendTest, CorpusBeyond2To31Elements) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  constexpr int32_t kDim = 128;
+  constexpr int64_t kDocs = 56000;
+  constexpr int64_t kLen = 304;  // 56000 * 304 = 17.0M tokens
+  const int64_t tokens = kDocs * kLen;
+  ASSERT_GT(tokens * kDim, int64_t{1} << 31);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg;
+  seg.dim = kDim;
+  seg.dtype = DType::kFloat16;
+  seg.cu_seqlens.resize(kDocs + 1);
+  for (int64_t d = 0; d <= kDocs; ++d) seg.cu_seqlens[d] = d * kLen;
+  // Small random values repeated with a period that is not a multiple of
+  // the row, so documents differ; filling 2.2e9 values from a generator
+  // would dominate the test.
+  constexpr int64_t kPeriod = (1 << 20) + 7;
+  std::vector<uint16_t> block(kPeriod);
+  std::uniform_real_distribution<float> small(-0.05f, 0.05f);
+  for (auto& h : block) h = FloatToHalf(small(rng));
+  seg.tokens16.resize(static_cast<size_t>(tokens * kDim));
+  for (int64_t at = 0; at < tokens * kDim; at += kPeriod) {
+    const int64_t n = std::min(kPeriod, tokens * kDim - at);
+    std::memcpy(&seg.tokens16[at], block.data(), n * sizeof(uint16_t));
+  }
+  // The query: 32 tokens; planted document p holds the query's tokens scaled
+  // by (p + 1), so it scores (p + 1) * sum ||q_s||^2 and the order is known.
+  const std::vector<float> query = RandomQuery(rng, 32, kDim);
+  const int64_t planted[3] = {kDocs - 1, kDocs - 1000, 40000};
+  for (int p = 0; p < 3; ++p) {
+    const int64_t t0 = seg.cu_seqlens[planted[p]];
+    ASSERT_GT(t0 * kDim, int64_t{1} << 31);
+    std::vector<float> scaled(query);
+    for (float& v : scaled) v *= 0.1f * (p + 1);
+    ConvertFromFloat(scaled.data(), 32 * kDim, DType::kFloat16,
+                     &seg.tokens16[t0 * kDim]);
+  }
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  DeviceSegment d = Upload(*backend, seg);
+  Batch batch;
+  batch.dim = kDim;
+  batch.refs = {d.ref};
+  batch.AddQuery(query, 10);
+  const auto got = GpuSearch(*backend, batch.Params());
+  ASSERT_EQ(got[0].size(), 10u);
+  EXPECT_EQ(got[0][0].index, planted[2]);
+  EXPECT_EQ(got[0][1].index, planted[1]);
+  EXPECT_EQ(got[0][2].index, planted[0]);
+  const std::vector<float> rounded =
+      ::maxsimd::testing::RoundTo(query, DType::kFloat16);
+  for (const ScoredDoc& s : got[0]) {
+    const double ref = ReferenceScore(rounded.data(), 32, seg.View(), s.index);
+    EXPECT_NEAR(s.score, ref, 1e-3 * std::max(1.0, std::fabs(ref)))
+        << "doc " << s.index;
+  }
+  // The gather path over the same far documents.
+  batch.cand_offsets = {0, 4};
+  batch.candidates = {{0, planted[0]}, {0, 5}, {0, planted[1]}, {0, kDocs - 2}};
+  const auto gathered = GpuSearch(*backend, batch.Params());
+  ASSERT_EQ(gathered[0].size(), 4u);
+  EXPECT_EQ(gathered[0][0].index, planted[1]);
+  EXPECT_EQ(gathered[0][1].index, planted[0]);
+}
+
+}  // namespace
+}  // namespace maxsimd

@@ -1,0 +1,146 @@
+// Helpers of the GPU backend tests: a shared backend, device copies of host
+// test segments, batches, and the comparison against the scalar oracle.
+//
+// The GPU backend rounds fp32 queries to the corpus dtype before the tensor
+// cores see them, so the oracle is run on queries rounded the same way: that
+// is the exact function the kernels compute. Separately, scores are checked
+// against the unrounded fp32 oracle (ExpectCloseToFp32Reference).
+#ifndef MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
+#define MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
+
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/element.h"
+#include "kernels/gpu_backend.h"
+#include "kernels/maxsim_reference.h"
+#include "tests/support/ranking.h"
+#include "tests/support/status_matchers.h"
+
+namespace maxsimd::testing {
+
+#define MAXSIMD_SKIP_WITHOUT_GPU()                              \
+  do {                                                          \
+    if (::maxsimd::GpuBackend::DeviceCount() == 0) {            \
+      GTEST_SKIP() << "no CUDA device on this machine";         \
+    }                                                           \
+  } while (0)
+
+// Limits small enough that Create() is quick, large enough for every test.
+inline GpuBackendOptions TestOptions() {
+  GpuBackendOptions o;
+  o.num_workers = 2;
+  o.limits.max_batch_queries = 256;
+  o.limits.max_batch_query_tokens = 1 << 16;
+  o.limits.max_batch_candidates = 1 << 18;
+  o.max_query_elements = 1 << 22;
+  return o;
+}
+
+inline std::unique_ptr<Backend> MakeGpuBackend(
+    const GpuBackendOptions& options = TestOptions()) {
+  auto b = GpuBackend::Create(options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(b).value() : nullptr;
+}
+
+// A host segment and its device copy; the SegmentRef pairs the two views.
+struct DeviceSegment {
+  std::unique_ptr<ResidentBuffer> tokens, cu_seqlens, tombstones;
+  SegmentRef ref;
+};
+
+inline DeviceSegment Upload(Backend& backend, const HostSegment& s) {
+  DeviceSegment d;
+  const SegmentView host = s.View();
+  const size_t token_bytes =
+      static_cast<size_t>(host.num_tokens) * host.dim * DTypeSize(host.dtype);
+  d.tokens = backend.Upload(host.tokens, token_bytes).value();
+  d.cu_seqlens =
+      backend.Upload(s.cu_seqlens.data(), s.cu_seqlens.size() * sizeof(int64_t))
+          .value();
+  SegmentView res = host;
+  res.tokens = d.tokens->data();
+  res.cu_seqlens = static_cast<const int64_t*>(d.cu_seqlens->data());
+  res.tombstones = nullptr;
+  if (!s.tombstones.empty()) {
+    d.tombstones = backend
+                       .Upload(s.tombstones.data(),
+                               s.tombstones.size() * sizeof(uint32_t))
+                       .value();
+    res.tombstones = static_cast<const uint32_t*>(d.tombstones->data());
+  }
+  d.ref = {host, res};
+  return d;
+}
+
+// A batch owning its query storage.
+struct Batch {
+  std::vector<float> tokens;
+  std::vector<int64_t> offsets{0};
+  std::vector<int32_t> top_k;
+  std::vector<SegmentRef> refs;
+  std::vector<int64_t> cand_offsets;
+  std::vector<DocRef> candidates;
+  int32_t dim = 0;
+
+  void AddQuery(const std::vector<float>& q, int32_t k) {
+    tokens.insert(tokens.end(), q.begin(), q.end());
+    offsets.push_back(offsets.back() + static_cast<int64_t>(q.size()) / dim);
+    top_k.push_back(k);
+  }
+  SearchParams Params() const {
+    SearchParams p;
+    p.query_tokens = tokens.data();
+    p.query_offsets = offsets.data();
+    p.num_queries = static_cast<int32_t>(top_k.size());
+    p.dim = dim;
+    p.segments = refs;
+    p.top_k = top_k.data();
+    if (!cand_offsets.empty()) {
+      p.candidate_offsets = cand_offsets.data();
+      p.candidates = candidates.data();
+    }
+    return p;
+  }
+};
+
+// `tokens` rounded to `dtype` and back: what the GPU multiplies.
+inline std::vector<float> RoundTo(const std::vector<float>& tokens,
+                                  DType dtype) {
+  std::vector<uint16_t> half(tokens.size());
+  ConvertFromFloat(tokens.data(), static_cast<int64_t>(tokens.size()), dtype,
+                   half.data());
+  std::vector<float> out(tokens.size());
+  ConvertToFloat(half.data(), dtype, 0, static_cast<int64_t>(half.size()),
+                 out.data());
+  return out;
+}
+
+inline std::vector<std::vector<ScoredDoc>> GpuSearch(Backend& backend,
+                                                     const SearchParams& p) {
+  std::vector<std::vector<ScoredDoc>> got(p.num_queries);
+  SearchTiming timing;
+  const absl::Status st = backend.Search(p, absl::MakeSpan(got), &timing);
+  EXPECT_TRUE(st.ok()) << st;
+  return got;
+}
+
+// The GPU ranking against the oracle on dtype-rounded queries.
+inline void ExpectMatchesReference(Backend& backend, const Batch& batch,
+                                   DType dtype, double tol = 1e-3) {
+  const SearchParams p = batch.Params();
+  const auto got = GpuSearch(backend, p);
+  Batch rounded = batch;
+  rounded.tokens = RoundTo(batch.tokens, dtype);
+  const auto want = ReferenceSearch(rounded.Params());
+  for (int32_t q = 0; q < p.num_queries; ++q) {
+    EXPECT_EQ(CompareRanking(got[q], want[q], tol), "")
+        << "query " << q << " of " << p.num_queries;
+  }
+}
+
+}  // namespace maxsimd::testing
+
+#endif  // MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_

@@ -1,0 +1,157 @@
+// GPU scan path (kernels/maxsim_scan.cu through GpuBackend::Search) against
+// the scalar oracle on random ragged shapes. Skips without a CUDA device.
+#include "kernels/maxsim_scan.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace maxsimd {
+namespace {
+
+using ::maxsimd::testing::Batch;
+using ::maxsimd::testing::DeviceSegment;
+using ::maxsimd::testing::ExpectMatchesReference;
+using ::maxsimd::testing::HostSegment;
+using ::maxsimd::testing::MakeGpuBackend;
+using ::maxsimd::testing::RandomQuery;
+using ::maxsimd::testing::RandomSegment;
+using ::maxsimd::testing::Upload;
+
+Backend& Shared() {
+  static Backend* backend = MakeGpuBackend().release();
+  return *backend;
+}
+
+TEST(GpuScanTest, RandomRaggedShapesEveryDimAndDtype) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (int32_t dim : {64, 96, 128, 200, 256, 7}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " dim " << dim);
+      HostSegment a = RandomSegment(rng, 97, 1, 45, dim, dtype, 0);
+      HostSegment b = RandomSegment(rng, 31, 1, 9, dim, dtype, 97);
+      b.Delete(3);
+      b.Delete(30);
+      DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+      Batch batch;
+      batch.dim = dim;
+      batch.refs = {da.ref, db.ref};
+      // Query lengths from 1 to 70: one pass of 32 rows, and several queries
+      // per 128-row pass (segmented sums), and a query split across passes.
+      std::uniform_int_distribution<int> lq(1, 70);
+      for (int q = 0; q < 5; ++q) {
+        batch.AddQuery(RandomQuery(rng, lq(rng), dim), 1 + q * 23);
+      }
+      ExpectMatchesReference(Shared(), batch, dtype);
+      // One query alone, Lq = 32: the single-query fast path.
+      Batch one = batch;
+      one.tokens.clear();
+      one.offsets = {0};
+      one.top_k.clear();
+      one.AddQuery(RandomQuery(rng, 32, dim), 100);
+      ExpectMatchesReference(Shared(), one, dtype);
+    }
+  }
+}
+
+TEST(GpuScanTest, QueryBatchesFromOneTo256) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg = RandomSegment(rng, 300, 0, 24, 128, DType::kFloat16, 0);
+  DeviceSegment d = Upload(Shared(), seg);
+  for (int nq : {1, 2, 17, 64, 256}) {
+    SCOPED_TRACE(::testing::Message() << "num_queries " << nq);
+    Batch batch;
+    batch.dim = 128;
+    batch.refs = {d.ref};
+    std::uniform_int_distribution<int> lq(0, 12);  // includes empty queries
+    for (int q = 0; q < nq; ++q) {
+      batch.AddQuery(RandomQuery(rng, nq == 1 ? 32 : lq(rng), 128), 10);
+    }
+    ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+  }
+}
+
+TEST(GpuScanTest, LongQuerySpansManyPasses) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    HostSegment seg = RandomSegment(rng, 40, 1, 300, 128, dtype, 5);
+    DeviceSegment d = Upload(Shared(), seg);
+    Batch batch;
+    batch.dim = 128;
+    batch.refs = {d.ref};
+    batch.AddQuery(RandomQuery(rng, 300, 128), 40);
+    ExpectMatchesReference(Shared(), batch, dtype);
+  }
+}
+
+TEST(GpuScanTest, OneTokenAndEmptyDocuments) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg = RandomSegment(rng, 60, 0, 1, 64, DType::kBFloat16, 0);
+  DeviceSegment d = Upload(Shared(), seg);
+  Batch batch;
+  batch.dim = 64;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 4, 64), 60);
+  batch.AddQuery({}, 5);  // empty query: every document scores 0
+  const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+  ASSERT_EQ(got[0].size(), 60u);
+  int64_t empties = 0;
+  for (int64_t i = 0; i < seg.num_docs(); ++i) {
+    empties += seg.cu_seqlens[i + 1] == seg.cu_seqlens[i];
+  }
+  ASSERT_GT(empties, 0);
+  for (size_t i = got[0].size() - empties; i < got[0].size(); ++i) {
+    EXPECT_EQ(got[0][i].score, -std::numeric_limits<float>::infinity());
+  }
+  ASSERT_EQ(got[1].size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(got[1][i].score, 0.f);
+    EXPECT_EQ(got[1][i].index, i);
+  }
+  ExpectMatchesReference(Shared(), batch, DType::kBFloat16);
+}
+
+TEST(GpuScanTest, DeletedDocumentsAreSkipped) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  HostSegment seg = RandomSegment(rng, 200, 1, 30, 96, DType::kFloat16, 1000);
+  for (int64_t d = 0; d < 200; d += 3) seg.Delete(d);
+  DeviceSegment d = Upload(Shared(), seg);
+  Batch batch;
+  batch.dim = 96;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 20, 96), 4096);
+  const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+  EXPECT_EQ(got[0].size(), 200u - 67u);
+  for (const ScoredDoc& s : got[0]) EXPECT_NE((s.index - 1000) % 3, 0);
+  ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+}
+
+TEST(GpuScanTest, ScoresWithinToleranceOfFp32Reference) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    HostSegment seg = RandomSegment(rng, 64, 16, 64, 128, dtype, 0);
+    DeviceSegment d = Upload(Shared(), seg);
+    Batch batch;
+    batch.dim = 128;
+    batch.refs = {d.ref};
+    batch.AddQuery(RandomQuery(rng, 32, 128), 64);
+    const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+    ASSERT_EQ(got[0].size(), 64u);
+    for (const ScoredDoc& s : got[0]) {
+      const double ref =
+          ReferenceScore(batch.tokens.data(), 32, seg.View(), s.index);
+      EXPECT_NEAR(s.score, ref, 1e-3 * std::max(1.0, std::fabs(ref)))
+          << DTypeName(dtype) << " doc " << s.index;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace maxsimd
