@@ -1007,7 +1007,7 @@ int Main(int argc, char** argv) {
     if (d.required && !command_flags.Has(d.name)) {
       return UsageExit(
           absl::StrCat("command '", command->name, "' needs --", d.name),
-          CommandUsage(*command));
+          absl::StrCat("Run 'maxsimctl ", command->name, " --help'."));
     }
   }
 
