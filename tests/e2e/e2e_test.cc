@@ -1,0 +1,290 @@
+// End to end: the real `maxsimd` binary on 127.0.0.1, driven by the real
+// `maxsimctl` tool and the C++ client library. Checks health, an
+// add -> query -> delete -> query cycle against the scalar reference, and
+// that SIGTERM drains a request in flight before the process exits 0.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "index/npy.h"
+#include "kernels/element.h"
+#include "kernels/maxsim_reference.h"
+#include "tests/support/http.h"
+
+namespace maxsimd {
+namespace {
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs a command, returning (exit code, stdout).
+std::pair<int, std::string> RunCommand(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("maxsimd_e2e_", getpid(), "_", ++counter_);
+    std::filesystem::create_directories(dir_);
+    port_ = FreePort();
+    metrics_port_ = FreePort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string listen = absl::StrCat("--listen=127.0.0.1:", port_);
+      const std::string metrics =
+          absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_);
+      execl(MAXSIMD_SERVER_BIN, MAXSIMD_SERVER_BIN, listen.c_str(),
+            metrics.c_str(), "--cpu", "--log_level=warn",
+            "--drain_timeout=20s", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ClientOptions o;
+    o.target = absl::StrCat("127.0.0.1:", port_);
+    o.timeout = absl::Seconds(60);
+    client_ = Client::Create(o).value();
+    // Up to 20 s for the server to come up.
+    for (int i = 0; i < 200; ++i) {
+      auto health = client_->CheckHealth("");
+      if (health.ok() && *health == 1) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "server did not become SERVING";
+  }
+
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string Ctl(const std::string& args) {
+    return absl::StrCat(MAXSIMCTL_BIN, " --target=127.0.0.1:", port_, " ", args);
+  }
+
+  // Sends SIGTERM and returns the exit status once the process is gone.
+  int TerminateAndWait() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  pid_t pid_ = -1;
+  std::unique_ptr<Client> client_;
+};
+
+// The reference ranking of `query` over the generated files, minus deleted.
+std::vector<std::pair<std::string, float>> Reference(
+    const std::filesystem::path& dir, const std::vector<float>& query,
+    int dim, int top_k, const std::vector<std::string>& candidates,
+    const std::set<std::string>& deleted) {
+  NpyArray tokens = ReadNpy(dir / "tokens.npy").value();
+  std::vector<int64_t> cu =
+      NpyToInt64(ReadNpy(dir / "cu_seqlens.npy").value(), "cu").value();
+  std::vector<std::string> ids;
+  std::ifstream in(dir / "ids.txt");
+  for (std::string line; std::getline(in, line);) ids.push_back(line);
+  SegmentView seg;
+  seg.tokens = tokens.data.data();
+  seg.dtype = tokens.descr == "<f2" ? DType::kFloat16 : DType::kFloat32;
+  seg.cu_seqlens = cu.data();
+  seg.num_docs = static_cast<int64_t>(ids.size());
+  seg.num_tokens = cu.back();
+  seg.dim = dim;
+  std::vector<std::pair<std::string, float>> all;
+  for (int64_t d = 0; d < seg.num_docs; ++d) {
+    if (deleted.count(ids[d])) continue;
+    if (!candidates.empty() && std::find(candidates.begin(), candidates.end(),
+                                         ids[d]) == candidates.end()) {
+      continue;
+    }
+    all.emplace_back(ids[d], static_cast<float>(ReferenceScore(
+                                 query.data(),
+                                 static_cast<int64_t>(query.size()) / dim, seg,
+                                 d)));
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (static_cast<int>(all.size()) > top_k) all.resize(top_k);
+  return all;
+}
+
+// (id, score) pairs from maxsimctl's --json query output.
+std::vector<std::pair<std::string, float>> ParseResults(const std::string& json) {
+  static const std::regex kResult(
+      R"re(\{"rank":\d+,"id":"([^"]*)","score":([-0-9.eE+]+)\})re");
+  std::vector<std::pair<std::string, float>> out;
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), kResult);
+       it != std::sregex_iterator(); ++it) {
+    out.emplace_back((*it)[1], std::stof((*it)[2]));
+  }
+  return out;
+}
+
+void ExpectSame(const std::vector<std::pair<std::string, float>>& got,
+                const std::vector<std::pair<std::string, float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].first, want[i].first) << "rank " << i;
+    EXPECT_NEAR(got[i].second, want[i].second,
+                1e-3 * std::max(1.f, std::fabs(want[i].second)));
+  }
+}
+
+TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
+  const std::string d = dir_.string();
+  auto [rc, out] = RunCommand(Ctl("health"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "SERVING\n");
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "generate --out ", d, " --docs 400 --dim 64 --min-tokens 4 "
+      "--max-tokens 60 --queries 2 --query-tokens 16 --seed 5")));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_EQ(RunCommand(Ctl("create --name e2e --dim 64")).first, 0);
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "add --corpus e2e --tokens ", d, "/tokens.npy --cu-seqlens ", d,
+      "/cu_seqlens.npy --ids ", d, "/ids.txt --chunk-mb 0.05")));
+  ASSERT_EQ(rc, 0) << out;
+
+  NpyArray q = ReadNpy(dir_ / "query_0.npy").value();
+  std::vector<float> query(q.num_elements());
+  ConvertToFloat(q.data.data(), DType::kFloat32, 0, q.num_elements(),
+                 query.data());
+  std::string source;
+  std::ifstream(dir_ / "query_0.source") >> source;
+  std::vector<std::string> candidates;
+  {
+    std::ifstream in(dir_ / "candidates_0.txt");
+    for (std::string line; std::getline(in, line);) candidates.push_back(line);
+  }
+  std::set<std::string> deleted;
+
+  // Scan.
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("--json query --corpus e2e --query ",
+                                           d, "/query_0.npy --top-k 15")));
+  ASSERT_EQ(rc, 0) << out;
+  auto scan = ParseResults(out);
+  ExpectSame(scan, Reference(dir_, query, 64, 15, {}, deleted));
+  ASSERT_FALSE(scan.empty());
+  EXPECT_EQ(scan[0].first, source);
+  // Rerank.
+  const std::string rerank_cmd =
+      Ctl(absl::StrCat("--json query --corpus e2e --query ", d,
+                       "/query_0.npy --top-k 10 --candidates-file ", d,
+                       "/candidates_0.txt"));
+  std::tie(rc, out) = RunCommand(rerank_cmd);
+  ASSERT_EQ(rc, 0) << out;
+  ExpectSame(ParseResults(out),
+             Reference(dir_, query, 64, 10, candidates, deleted));
+  // Delete the top two of the scan (not candidates of the rerank) and scan
+  // again.
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("delete --corpus e2e --ids ",
+                                           scan[0].first, ",", scan[1].first)));
+  ASSERT_EQ(rc, 0) << out;
+  deleted = {scan[0].first, scan[1].first};
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("--json query --corpus e2e --query ",
+                                           d, "/query_0.npy --top-k 15")));
+  ASSERT_EQ(rc, 0) << out;
+  ExpectSame(ParseResults(out), Reference(dir_, query, 64, 15, {}, deleted));
+  // A deleted candidate is now an unknown id: exit 1 with NOT_FOUND.
+  std::tie(rc, out) = RunCommand(rerank_cmd + " 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("NOT_FOUND"), std::string::npos) << out;
+  // The metrics endpoint of the real binary parses.
+  auto text = ::maxsimd::testing::HttpGet(metrics_port_, "/metrics");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(::maxsimd::testing::CheckPrometheusText(*text), "");
+  EXPECT_NE(text->find("maxsimd_corpus_documents{corpus=\"e2e\"} 398"),
+            std::string::npos);
+  EXPECT_EQ(TerminateAndWait(), 0);
+}
+
+TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
+  // A corpus big enough that a batch of scans takes a few seconds on the CPU.
+  DocumentBatch docs;
+  docs.dim = 128;
+  docs.cu_seqlens = {0};
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  for (int i = 0; i < 3000; ++i) {
+    docs.ids.push_back(absl::StrCat("d", i));
+    docs.cu_seqlens.push_back(docs.cu_seqlens.back() + 200);
+  }
+  docs.tokens.resize(docs.cu_seqlens.back() * 128);
+  for (float& v : docs.tokens) v = normal(rng);
+  v1::CreateCorpusRequest create;
+  create.set_name("big");
+  create.set_dim(128);
+  ASSERT_TRUE(client_->CreateCorpus(create).ok());
+  ASSERT_TRUE(client_->AddDocuments("big", docs).ok());
+
+  std::vector<Query> batch(16);
+  for (Query& q : batch) {
+    q.corpus = "big";
+    q.dim = 128;
+    q.tokens.resize(32 * 128);
+    for (float& v : q.tokens) v = normal(rng);
+    q.top_k = 5;
+  }
+  using Clock = std::chrono::steady_clock;
+  auto pending = std::async(std::launch::async, [&] {
+    auto r = client_->RerankBatch(batch);
+    return std::make_pair(r.status(), Clock::now());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto sigterm_at = Clock::now();
+  kill(pid_, SIGTERM);
+  const auto [status, finished_at] = pending.get();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_GT(finished_at, sigterm_at)
+      << "the batch finished before SIGTERM; make the workload larger";
+  int exit_status = 0;
+  waitpid(pid_, &exit_status, 0);
+  pid_ = -1;
+  ASSERT_TRUE(WIFEXITED(exit_status));
+  EXPECT_EQ(WEXITSTATUS(exit_status), 0);
+}
+
+}  // namespace
+}  // namespace maxsimd
