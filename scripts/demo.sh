@@ -14,6 +14,7 @@
 #   METRICS_PORT  Prometheus port (default: 9464, or the next free one)
 #   DEMO_DOCS     documents in the synthetic corpus (default: 3000)
 #   SERVER_FLAGS  extra flags for the server, e.g. "--cpu"
+#   SKIP_BUILD=1  skip steps 1 and 2 and use the binaries already in BUILD_DIR
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +22,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 DEMO_DIR="${DEMO_DIR:-$BUILD_DIR/demo}"
 DEMO_DOCS="${DEMO_DOCS:-3000}"
 SERVER_FLAGS="${SERVER_FLAGS:-}"
+SKIP_BUILD="${SKIP_BUILD:-0}"
 CORPUS=demo
 
 section() { printf '\n\033[1m==== %s ====\033[0m\n' "$*"; }
@@ -47,40 +49,52 @@ cleanup() {
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
-section "1. Build dependencies"
-PACKAGES=(cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc
-  libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev
-  prometheus-cpp-dev grpc-proto libgtest-dev libgmock-dev libbenchmark-dev
-  curl)
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-  # dpkg -s also succeeds for removed packages whose config files remain, so
-  # look at the Status line.
-  if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
-    missing+=("$pkg")
+install_dependencies() {
+  local packages=(cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc
+    libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev
+    prometheus-cpp-dev grpc-proto libgtest-dev libgmock-dev libbenchmark-dev
+    curl)
+  local missing=() pkg
+  for pkg in "${packages[@]}"; do
+    # dpkg -s also succeeds for removed packages whose config files remain,
+    # so look at the Status line.
+    if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+      missing+=("$pkg")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "all ${#packages[@]} packages are installed"
+    return
   fi
-done
-if ((${#missing[@]} == 0)); then
-  echo "all ${#PACKAGES[@]} packages are installed"
-else
   echo "installing: ${missing[*]}"
-  command -v apt-get >/dev/null || die "apt-get not found; install these packages by hand: ${missing[*]}"
-  SUDO=()
+  command -v apt-get >/dev/null ||
+    die "apt-get not found; install these packages by hand: ${missing[*]}"
+  local sudo=()
   if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || die "need root or sudo to install: ${missing[*]}"
-    SUDO=(sudo)
+    command -v sudo >/dev/null ||
+      die "need root or sudo to install: ${missing[*]}"
+    sudo=(sudo)
   fi
-  "${SUDO[@]}" apt-get update
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+}
 
-# ---------------------------------------------------------------------------
-section "2. Configure and build (Release) into ${BUILD_DIR#"$ROOT"/}"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
-# Only what the demo runs; the test suites build with the README's second
-# command.
-cmake --build "$BUILD_DIR" --target maxsimd maxsimctl
+build() {
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # Only what the demo runs; the test suites build with the README's second
+  # command.
+  cmake --build "$BUILD_DIR" --target maxsimd maxsimctl
+}
+
+if [[ "$SKIP_BUILD" == 1 ]]; then
+  section "1-2. Skipped (SKIP_BUILD=1): using the binaries in $BUILD_DIR"
+else
+  section "1. Build dependencies"
+  install_dependencies
+  section "2. Configure and build (Release) into $BUILD_DIR"
+  build
+fi
 SERVER="$BUILD_DIR/server/maxsimd"
 CTL="$BUILD_DIR/client/maxsimctl"
 [[ -x "$SERVER" ]] || die "server binary not found at $SERVER"
