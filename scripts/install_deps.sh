@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs maxsimd's build and test dependencies from Debian's packages, only
+# those missing, so it is idempotent and quick on a machine that has them.
+# The CUDA toolkit is not a Debian package here: CUDA targets are built when
+# nvcc is found at /usr/local/cuda (or CUDACXX), and skipped otherwise.
+set -euo pipefail
+
+PACKAGES=(cmake ninja-build g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  grpc-proto libabsl-dev libspdlog-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format curl)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  # "install ok installed" only: a removed package with leftover config
+  # files still answers dpkg -s.
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null |
+      grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+"${SUDO[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q \
+  --no-install-recommends "${missing[@]}"

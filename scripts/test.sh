@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds everything (CUDA targets included when nvcc is present) and runs
+# every test: the README's second command, and what CI runs.
+#
+# GPU tests build here too; on a machine without a GPU they report SKIPPED.
+# Environment: BUILD_DIR (default <repo>/build-test), JOBS (default nproc).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-test}"
+JOBS="${JOBS:-$(nproc)}"
+
+"$ROOT/scripts/install_deps.sh"
+
+echo "== format check (clang-format, Google style)"
+"$ROOT/scripts/check_format.sh"
+
+CUDA_FLAG=-DMAXSIMD_WITH_CUDA=OFF
+NVCC="${CUDACXX:-/usr/local/cuda/bin/nvcc}"
+if [[ -x "$NVCC" ]]; then
+  CUDA_FLAG="-DMAXSIMD_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER=$NVCC"
+  echo "== CUDA targets on ($("$NVCC" --version | tail -1))"
+else
+  echo "== no nvcc found: CUDA targets off"
+fi
+
+echo "== configure"
+# shellcheck disable=SC2086
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  $CUDA_FLAG
+echo "== build"
+cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "== test"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
