@@ -49,37 +49,6 @@ cleanup() {
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
-install_dependencies() {
-  local packages=(cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc
-    libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev
-    prometheus-cpp-dev grpc-proto libgtest-dev libgmock-dev libbenchmark-dev
-    curl)
-  local missing=() pkg
-  for pkg in "${packages[@]}"; do
-    # dpkg -s also succeeds for removed packages whose config files remain,
-    # so look at the Status line.
-    if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
-      missing+=("$pkg")
-    fi
-  done
-  if ((${#missing[@]} == 0)); then
-    echo "all ${#packages[@]} packages are installed"
-    return
-  fi
-  echo "installing: ${missing[*]}"
-  command -v apt-get >/dev/null ||
-    die "apt-get not found; install these packages by hand: ${missing[*]}"
-  local sudo=()
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null ||
-      die "need root or sudo to install: ${missing[*]}"
-    sudo=(sudo)
-  fi
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
-}
-
 build() {
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
   # Only what the demo runs; the test suites build with the README's second
@@ -91,7 +60,7 @@ if [[ "$SKIP_BUILD" == 1 ]]; then
   section "1-2. Skipped (SKIP_BUILD=1): using the binaries in $BUILD_DIR"
 else
   section "1. Build dependencies"
-  install_dependencies
+  "$ROOT/scripts/install_deps.sh"
   section "2. Configure and build (Release) into $BUILD_DIR"
   build
 fi

@@ -25,8 +25,18 @@ if ((${#missing[@]} == 0)); then
   exit 0
 fi
 echo "install_deps: installing ${missing[*]}"
+command -v apt-get >/dev/null || {
+  echo "install_deps: apt-get not found; install by hand: ${missing[*]}" >&2
+  exit 1
+}
 SUDO=()
-if [[ $(id -u) -ne 0 ]]; then SUDO=(sudo); fi
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || {
+    echo "install_deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  }
+  SUDO=(sudo)
+fi
 "${SUDO[@]}" apt-get update -q
 DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q \
   --no-install-recommends "${missing[@]}"
