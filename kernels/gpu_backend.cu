@@ -393,7 +393,11 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
   const int64_t rows = p.query_offsets[nq];
   const bool gather = p.candidate_offsets != nullptr;
   int32_t kmax = 1;
-  for (int32_t q = 0; q < nq; ++q) kmax = std::max(kmax, p.top_k[q]);
+  bool empty_query = false;  // its scores are 0, which the kernels never write
+  for (int32_t q = 0; q < nq; ++q) {
+    kmax = std::max(kmax, p.top_k[q]);
+    empty_query |= p.query_offsets[q + 1] == p.query_offsets[q];
+  }
 
   // ---- Plan the gather records (host): live candidates only, each query's
   // records contiguous; position = index - the query's lowest index.
@@ -564,8 +568,10 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
   if (gather) {
     NvtxRange r("maxsimd.gather");
     if (num_records > 0) {
-      MAXSIMD_CUDA_CHECK(cudaMemsetAsync(w.scores, 0,
-                                         num_records * sizeof(float), stream));
+      if (empty_query) {
+        MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
+            w.scores, 0, num_records * sizeof(float), stream));
+      }
       GatherLaunchParams g;
       g.dtype = dtype;
       g.dim = dim;
@@ -607,9 +613,11 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
       if (v.num_docs == 0) continue;
       for (int64_t c0 = 0; c0 < v.num_docs; c0 += chunk) {
         const int64_t clen = std::min(chunk, v.num_docs - c0);
-        MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
-            w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
-            stream));
+        if (empty_query) {
+          MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
+              w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
+              stream));
+        }
         ScanLaunchParams sp;
         sp.dtype = dtype;
         sp.dim = dim;

@@ -53,7 +53,8 @@ struct GatherLaunchParams {
   const GatherRecord* records = nullptr;
   const GatherTile* tiles = nullptr;
   int64_t num_tiles = 0;
-  // Output: scores[r] += MaxSim of record r; zeroed by the caller.
+  // Output: scores[r] = MaxSim of record r. Records of an empty query are
+  // not written: the caller zeroes them (empty queries score 0).
   float* scores = nullptr;
   int row_tiles = 2;  // 2 or 8
 };

@@ -48,9 +48,11 @@ struct ScanLaunchParams {
   // The chunk: documents [doc_begin, doc_begin + num_docs) of the segment.
   int64_t doc_begin = 0;
   int64_t num_docs = 0;
-  // Output: scores[q * score_stride + j] += MaxSim(query q, document
-  // doc_begin + j). The caller zeroes the block first; deleted documents are
-  // left untouched (top-k skips them by the tombstone bitmap).
+  // Output: scores[q * score_stride + j] = MaxSim(query q, document
+  // doc_begin + j), written by the pass holding q's first row and added to
+  // by later passes. Entries of deleted documents are left as they were
+  // (top-k skips them by the tombstone bitmap), and so are those of empty
+  // queries: the caller zeroes the block when the batch has one.
   float* scores = nullptr;
   int64_t score_stride = 0;
   int row_tiles = 2;  // 2 or 8: m-tiles of 16 rows per pass

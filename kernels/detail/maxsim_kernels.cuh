@@ -26,8 +26,10 @@ inline constexpr int kScanDocsPerBlock = 4 * kMaxSimWarps;
 // pass to scores[query][doc]. Passes run in order inside one block, so the
 // += is race-free and deterministic.
 template <typename Tag, int kD, int kMT>
-__global__ void __launch_bounds__(kMaxSimWarps * 32)
+__global__ void __launch_bounds__(kMaxSimWarps * 32,
+                                  WarpMaxSim<Tag, kD, kMT>::kMinBlocks)
     MaxSimScanKernel(const ScanLaunchParams p) {
+  using Warp = WarpMaxSim<Tag, kD, kMT>;
   using Storage = typename Tag::Storage;
   extern __shared__ uint4 smem_u4[];
   constexpr int kRows = 16 * kMT;
@@ -53,20 +55,41 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32)
     const int active_mt = (nrows + 15) / 16;
     const int q_first = row_q[0];
     const int q_last = row_q[nrows - 1];
-    for (int64_t j = j0 + warp; j < j1; j += kMaxSimWarps) {
-      const int64_t doc = p.doc_begin + j;
-      if (p.tombstones != nullptr &&
-          ((p.tombstones[doc >> 5] >> (doc & 31)) & 1u) != 0) {
-        continue;
+    // The warp's live documents j0 + warp + 8i, one ahead, so that each
+    // document's first loads are issued while the previous one computes.
+    auto next_live = [&](int64_t j) {
+      for (; j < j1; j += kMaxSimWarps) {
+        const int64_t doc = p.doc_begin + j;
+        if (p.tombstones == nullptr ||
+            ((p.tombstones[doc >> 5] >> (doc & 31)) & 1u) == 0) {
+          break;
+        }
       }
-      const int64_t t0 = p.cu_seqlens[doc];
-      const int64_t len = p.cu_seqlens[doc + 1] - t0;
+      return j;
+    };
+    typename Warp::Buffer next;
+    int64_t j = next_live(j0 + warp);
+    int64_t t0 = 0, len = 0;
+    if (j < j1) {
+      t0 = p.cu_seqlens[p.doc_begin + j];
+      len = p.cu_seqlens[p.doc_begin + j + 1] - t0;
+      Warp::Prefetch(tokens + t0 * dim, len, next);
+    }
+    while (j < j1) {
+      const int64_t jn = next_live(j + kMaxSimWarps);
+      int64_t t0n = 0, lenn = 0;
+      if (jn < j1) {
+        t0n = p.cu_seqlens[p.doc_begin + jn];
+        lenn = p.cu_seqlens[p.doc_begin + jn + 1] - t0n;
+      }
       float rowmax[kMT][2];
-      WarpMaxSim<Tag, kD, kMT>::Run(tokens + t0 * dim, len, dim, p.dpad, tile,
-                                    active_mt, rowmax);
+      Warp::Run(tokens + t0 * dim, len, dim, p.dpad, tile, active_mt, next,
+                jn < j1 ? tokens + t0n * dim : nullptr, lenn, rowmax);
       if (q_first == q_last) {
         const float s = SumRowsOneQuery<kMT>(rowmax, nrows);
-        if (lane == 0) p.scores[q_first * p.score_stride + j] += s;
+        // The pass holding a query's first row writes, later passes add.
+        float* out = &p.scores[q_first * p.score_stride + j];
+        if (lane == 0) *out = p.query_offsets[q_first] >= row0 ? s : *out + s;
       } else {
         // Several queries share the pass: sum each one's rows in row order
         // (deterministic), one query per lane.
@@ -76,10 +99,14 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32)
           const int64_t re = min(p.query_offsets[q + 1], row0 + nrows) - row0;
           float s = 0.f;
           for (int64_t r = rb; r < re; ++r) s += my_rowmax[r];
-          p.scores[q * p.score_stride + j] += s;
+          float* out = &p.scores[q * p.score_stride + j];
+          *out = p.query_offsets[q] >= row0 ? s : *out + s;
         }
         __syncwarp();
       }
+      j = jn;
+      t0 = t0n;
+      len = lenn;
     }
   }
 }
@@ -88,8 +115,10 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32)
 // round. The block walks its query's rows pass by pass; record r's warp is
 // the same in every pass, so scores[r] += is race-free.
 template <typename Tag, int kD, int kMT>
-__global__ void __launch_bounds__(kMaxSimWarps * 32)
+__global__ void __launch_bounds__(kMaxSimWarps * 32,
+                                  WarpMaxSim<Tag, kD, kMT>::kMinBlocks)
     MaxSimGatherKernel(const GatherLaunchParams p) {
+  using Warp = WarpMaxSim<Tag, kD, kMT>;
   using Storage = typename Tag::Storage;
   extern __shared__ uint4 smem_u4[];
   constexpr int kRows = 16 * kMT;
@@ -108,15 +137,25 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32)
                                row0, nrows, tile);
     __syncthreads();
     const int active_mt = (nrows + 15) / 16;
-    for (int64_t r = work.rec_begin + warp; r < work.rec_end;
-         r += kMaxSimWarps) {
-      const GatherRecord rec = p.records[r];
+    int64_t r = work.rec_begin + warp;
+    typename Warp::Buffer next;
+    GatherRecord rec;
+    if (r < work.rec_end) {
+      rec = p.records[r];
+      Warp::Prefetch(static_cast<const Storage*>(rec.tokens), rec.len, next);
+    }
+    for (; r < work.rec_end; r += kMaxSimWarps) {
+      GatherRecord rec_next;
+      if (r + kMaxSimWarps < work.rec_end) rec_next = p.records[r + kMaxSimWarps];
       float rowmax[kMT][2];
-      WarpMaxSim<Tag, kD, kMT>::Run(static_cast<const Storage*>(rec.tokens),
-                                    rec.len, dim, p.dpad, tile, active_mt,
-                                    rowmax);
+      Warp::Run(static_cast<const Storage*>(rec.tokens), rec.len, dim, p.dpad,
+                tile, active_mt, next,
+                static_cast<const Storage*>(rec_next.tokens), rec_next.len,
+                rowmax);
       const float s = SumRowsOneQuery<kMT>(rowmax, nrows);
-      if (lane == 0) p.scores[r] += s;
+      // The first pass writes, later passes add.
+      if (lane == 0) p.scores[r] = row0 == r0 ? s : p.scores[r] + s;
+      rec = rec_next;
     }
   }
 }

@@ -64,18 +64,41 @@ __device__ __forceinline__ void LoadPassTile(const Storage* query, int dpad,
 template <typename Tag, int kD, int kMT>
 struct WarpMaxSim {
   using Storage = typename Tag::Storage;
-  // Token groups of 8 loaded per step. More groups = more bytes in flight
-  // per warp; bounded by registers (kNG * kD / 8 registers per buffer).
-  static constexpr int kNG = (kD == 0 || kD >= 256) ? 2 : 4;
+  // Token groups of 8 loaded per step (kNG * kD / 8 registers per buffer,
+  // two buffers). With 2 m-tiles the kernel is memory-bound: small groups
+  // keep registers under 128 so two blocks fit a multiprocessor (latency
+  // hiding across 16 warps). With 8 m-tiles it is bound by the MMAs and
+  // their A-fragment loads: larger groups reuse each A fragment more.
+  static constexpr int kNG =
+      kMT == 2 ? (kD >= 256 ? 1 : 2) : ((kD == 0 || kD >= 256) ? 2 : 4);
   static constexpr int kJ = kD / 32;
+  // Blocks per multiprocessor the register budget is sized for.
+  static constexpr int kMinBlocks = kMT == 2 ? 2 : 1;
+  using Buffer = uint4[kNG][kJ > 0 ? kJ : 1];
 
   // Scores document `doc` ([len, dim] row-major) against the pass tile.
   // On return, rowmax[mt][h] is max over the document's tokens of
   // <row mt*16 + g + 8h, token>, identical in the 4 lanes of a quad; -inf
   // for an empty document. Only m-tiles < active_mt are computed.
+  //
+  // Fixed widths (kD > 0) software-pipeline the token loads one group ahead,
+  // also across documents: `next` holds the first group of `doc` on entry
+  // (Prefetch), and on return the first group of `next_doc` (if not null),
+  // so a warp walking several documents never drains its loads.
+  __device__ __forceinline__ static void Prefetch(const Storage* doc,
+                                                  int64_t len, Buffer& next) {
+    if constexpr (kD > 0) {
+      const int lane = threadIdx.x & 31;
+      if (len > 0) LoadGroupFixed(doc, len, 0, lane >> 2, lane & 3, next);
+    }
+  }
+
   __device__ __forceinline__ static void Run(const Storage* doc, int64_t len,
                                              int dim, int dpad,
                                              const char* tile, int active_mt,
+                                             Buffer& next,
+                                             const Storage* next_doc,
+                                             int64_t next_len,
                                              float (&rowmax)[kMT][2]) {
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
@@ -87,7 +110,8 @@ struct WarpMaxSim {
       rowmax[mt][1] = -__int_as_float(0x7f800000);
     }
     if constexpr (kD > 0) {
-      RunFixed(doc, len, tile, pitch, active_mt, g, t, rowmax);
+      RunFixed(doc, len, tile, pitch, active_mt, g, t, next, next_doc,
+               next_len, rowmax);
     } else {
       RunGeneral(doc, len, dim, dpad, tile, pitch, active_mt, g, t, rowmax);
     }
@@ -145,13 +169,13 @@ struct WarpMaxSim {
     }
   }
 
-  __device__ __forceinline__ static void RunFixed(const Storage* doc,
-                                                  int64_t len,
-                                                  const char* tile, int pitch,
-                                                  int active_mt, int g, int t,
-                                                  float (&rowmax)[kMT][2]) {
-    uint4 next[kNG][kJ];
-    if (len > 0) LoadGroupFixed(doc, len, 0, g, t, next);
+  __device__ __forceinline__ static void RunFixed(
+      const Storage* doc, int64_t len, const char* tile, int pitch,
+      int active_mt, int g, int t, Buffer& next, const Storage* next_doc,
+      int64_t next_len, float (&rowmax)[kMT][2]) {
+    if (len == 0 && next_doc != nullptr && next_len > 0) {
+      LoadGroupFixed(next_doc, next_len, 0, g, t, next);
+    }
     for (int64_t base = 0; base < len; base += 8 * kNG) {
       uint4 cur[kNG][kJ];
 #pragma unroll
@@ -162,6 +186,8 @@ struct WarpMaxSim {
       // Prefetch the next group so that its loads overlap this group's MMAs.
       if (base + 8 * kNG < len) {
         LoadGroupFixed(doc, len, base + 8 * kNG, g, t, next);
+      } else if (next_doc != nullptr && next_len > 0) {
+        LoadGroupFixed(next_doc, next_len, 0, g, t, next);
       }
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {

@@ -55,7 +55,9 @@ TEST(GpuGatherTest, RandomCandidatesEveryDimAndDtype) {
       batch.refs = {da.ref, db.ref};
       std::uniform_int_distribution<int> lq(1, 70), nc(0, 90);
       for (int q = 0; q < 6; ++q) {
-        batch.AddQuery(RandomQuery(rng, lq(rng), dim), q == 0 ? 1 : 3 + q * 17);
+        // Query 5 is empty: its candidates all score 0.
+        batch.AddQuery(RandomQuery(rng, q == 5 ? 0 : lq(rng), dim),
+                       q == 0 ? 1 : 3 + q * 17);
         AddCandidates(rng, batch, 80, 60, nc(rng));
       }
       ExpectMatchesReference(Shared(), batch, dtype);
