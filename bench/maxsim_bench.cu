@@ -32,14 +32,14 @@
 
 namespace {
 
-#define BENCH_CHECK(call)                                                \
-  do {                                                                   \
-    const cudaError_t e_ = (call);                                       \
-    if (e_ != cudaSuccess) {                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,  \
-                   cudaGetErrorString(e_));                              \
-      std::exit(2);                                                      \
-    }                                                                    \
+#define BENCH_CHECK(call)                                               \
+  do {                                                                  \
+    const cudaError_t e_ = (call);                                      \
+    if (e_ != cudaSuccess) {                                            \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                             \
+      std::exit(2);                                                     \
+    }                                                                   \
   } while (0)
 
 // ---------------------------------------------------------------- fill --
@@ -80,8 +80,8 @@ __global__ void FillBf16(__nv_bfloat16* p, int64_t n, uint64_t seed,
 
 // Streams `n16` 16-byte words through 16-byte loads, 4 in flight per
 // thread, and folds them with a max so the loads cannot be elided.
-__global__ void __launch_bounds__(512) ReadMax(const uint4* p, int64_t n16,
-                                               uint32_t* out) {
+__global__ void __launch_bounds__(512)
+    ReadMax(const uint4* p, int64_t n16, uint32_t* out) {
   uint32_t m = 0;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -182,8 +182,8 @@ double MeasureBf16GemmTflops(cudaStream_t s, int runs) {
   if (create(&handle) != 0) return 0;
   set_stream(handle, s);
   constexpr int n = 8192;
-  constexpr int kCudaR16BF = 14;       // cudaDataType CUDA_R_16BF
-  constexpr int kComputeF32 = 68;      // CUBLAS_COMPUTE_32F
+  constexpr int kCudaR16BF = 14;   // cudaDataType CUDA_R_16BF
+  constexpr int kComputeF32 = 68;  // CUBLAS_COMPUTE_32F
   constexpr int kOpN = 0, kAlgoDefault = -1;
   __nv_bfloat16 *a, *b, *c;
   BENCH_CHECK(cudaMalloc(&a, sizeof(__nv_bfloat16) * n * n));
@@ -195,9 +195,9 @@ double MeasureBf16GemmTflops(cudaStream_t s, int runs) {
   const float alpha = 1.f, beta = 0.f;
   int rc = 0;
   const double ms = TimeEventsMs(s, 3, runs, [&](int) {
-    rc |= gemm(handle, kOpN, kOpN, n, n, n, &alpha, a, kCudaR16BF, n, b,
-               kCudaR16BF, n, &beta, c, kCudaR16BF, n, kComputeF32,
-               kAlgoDefault);
+    rc |=
+        gemm(handle, kOpN, kOpN, n, n, n, &alpha, a, kCudaR16BF, n, b,
+             kCudaR16BF, n, &beta, c, kCudaR16BF, n, kComputeF32, kAlgoDefault);
   });
   BENCH_CHECK(cudaFree(a));
   BENCH_CHECK(cudaFree(b));
@@ -327,11 +327,13 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
   }
   Result r;
   r.name = sh.name;
-  const double rows_per_token = sh.candidates > 0 ? sh.lq : double(sh.nq) * sh.lq;
+  const double rows_per_token =
+      sh.candidates > 0 ? sh.lq : double(sh.nq) * sh.lq;
   r.bytes = tokens * kDim * 2 + docs * 8;
   r.flops = 2.0 * rows_per_token * kDim * tokens;
   const double mem_ms = r.bytes / (hbm_tbps * 1e12) * 1e3;
-  const double cmp_ms = gemm_tflops > 0 ? r.flops / (gemm_tflops * 1e12) * 1e3 : 0;
+  const double cmp_ms =
+      gemm_tflops > 0 ? r.flops / (gemm_tflops * 1e12) * 1e3 : 0;
   r.floor_ms = std::max(mem_ms, cmp_ms);
 
   std::vector<double> gpu, wall, kern, topk_t;
@@ -366,7 +368,8 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
       gpu.push_back((t.kernel_ns + t.topk_ns) * 1e-6);
       kern.push_back(t.kernel_ns * 1e-6);
       topk_t.push_back(t.topk_ns * 1e-6);
-      wall.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      wall.push_back(
+          std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
   }
   r.gpu_ms = Median(gpu);
@@ -396,11 +399,15 @@ int main(int argc, char** argv) {
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--runs" && i + 1 < argc) runs = std::max(20, std::atoi(argv[++i]));
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--runs" && i + 1 < argc)
+      runs = std::max(20, std::atoi(argv[++i]));
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--runs N] [--only NAME]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--runs N] [--only NAME]\n",
+                   argv[0]);
       return 1;
     }
   }
@@ -416,8 +423,10 @@ int main(int argc, char** argv) {
   const double gemm = MeasureBf16GemmTflops(s, runs);
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  std::printf("ceilings: HBM read %.3f TB/s (6 GiB, 16-byte loads, max), "
-              "bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3)\n", hbm, gemm);
+  std::printf(
+      "ceilings: HBM read %.3f TB/s (6 GiB, 16-byte loads, max), "
+      "bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3)\n",
+      hbm, gemm);
 
   maxsimd::GpuBackendOptions opt;
   opt.num_workers = 1;
@@ -449,10 +458,11 @@ int main(int argc, char** argv) {
     if (!only.empty() && sh.name != only) continue;
     results.push_back(RunShape(*backend, sh, hbm, gemm, runs));
     const Result& r = results.back();
-    std::printf("  %-27s gpu %9.4f ms (maxsim %9.4f + top-k %7.4f)  wall %9.4f ms"
-                "  floor %8.4f ms  %6.1f%%\n",
-                r.name.c_str(), r.gpu_ms, r.kernel_ms, r.topk_ms, r.wall_ms,
-                r.floor_ms, r.pct);
+    std::printf(
+        "  %-27s gpu %9.4f ms (maxsim %9.4f + top-k %7.4f)  wall %9.4f ms"
+        "  floor %8.4f ms  %6.1f%%\n",
+        r.name.c_str(), r.gpu_ms, r.kernel_ms, r.topk_ms, r.wall_ms, r.floor_ms,
+        r.pct);
     std::fflush(stdout);
   }
 
@@ -477,16 +487,16 @@ int main(int argc, char** argv) {
                  prop.name, hbm, gemm, runs);
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      std::fprintf(f,
-                   "    {\"name\": \"%s\", \"gpu_ms\": %.5f, \"wall_ms\": %.5f, "
-                   "\"maxsim_ms\": %.5f, \"topk_ms\": %.5f, "
-                   "\"bytes\": %.0f, \"flops\": %.0f, \"floor_ms\": %.5f, "
-                   "\"pct_of_floor\": %.2f, \"target\": \"%s\", \"met\": %s}%s\n",
-                   r.name.c_str(), r.gpu_ms, r.wall_ms, r.kernel_ms, r.topk_ms,
-                   r.bytes, r.flops,
-                   r.floor_ms, r.pct, r.target.c_str(),
-                   r.has_target ? (r.met ? "true" : "false") : "null",
-                   i + 1 < results.size() ? "," : "");
+      std::fprintf(
+          f,
+          "    {\"name\": \"%s\", \"gpu_ms\": %.5f, \"wall_ms\": %.5f, "
+          "\"maxsim_ms\": %.5f, \"topk_ms\": %.5f, "
+          "\"bytes\": %.0f, \"flops\": %.0f, \"floor_ms\": %.5f, "
+          "\"pct_of_floor\": %.2f, \"target\": \"%s\", \"met\": %s}%s\n",
+          r.name.c_str(), r.gpu_ms, r.wall_ms, r.kernel_ms, r.topk_ms, r.bytes,
+          r.flops, r.floor_ms, r.pct, r.target.c_str(),
+          r.has_target ? (r.met ? "true" : "false") : "null",
+          i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
     std::fclose(f);

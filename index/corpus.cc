@@ -24,10 +24,10 @@ absl::Status ValidateCorpusConfig(const CorpusConfig& config,
                                   const CorpusLimits& limits) {
   if (config.name.empty() || config.name.size() > kMaxNameBytes ||
       !std::all_of(config.name.begin(), config.name.end(), IsNameChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "name must be 1 to ", kMaxNameBytes,
-        " characters from [A-Za-z0-9_.-], got \"", config.name.substr(0, 160),
-        "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("name must be 1 to ", kMaxNameBytes,
+                     " characters from [A-Za-z0-9_.-], got \"",
+                     config.name.substr(0, 160), "\""));
   }
   if (config.dim < 1 || config.dim > limits.max_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -103,8 +103,9 @@ std::vector<SegmentRef> CorpusSnapshot::SegmentRefs() const {
   refs.reserve(segments_.size());
   for (size_t s = 0; s < segments_.size(); ++s) {
     const TombstoneSet* t = tombstones_[s].get();
-    refs.push_back({segments_[s]->HostView(t ? t->host_bits() : nullptr),
-                    segments_[s]->ResidentView(t ? t->resident_bits() : nullptr)});
+    refs.push_back(
+        {segments_[s]->HostView(t ? t->host_bits() : nullptr),
+         segments_[s]->ResidentView(t ? t->resident_bits() : nullptr)});
   }
   return refs;
 }
@@ -134,9 +135,9 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t n = token_counts[i];
     if (n < 1 || n > limits_.max_doc_tokens) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": token_counts[", i, "] is ", n, ", must be in [1, ",
-          limits_.max_doc_tokens, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": token_counts[", i, "] is ", n,
+                       ", must be in [1, ", limits_.max_doc_tokens, "]"));
     }
     total += n;
     const std::string& id = ids[i];
@@ -168,9 +169,9 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
     for (int32_t j = 0; j < dim; ++j) {
       if (!std::isfinite(row[j])) {
         data_.tokens.resize(old_size);
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": tokens row ", r, " column ", j, " is ", row[j],
-            "; values must be finite"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
+                         row[j], "; values must be finite"));
       }
       norm2 += static_cast<double>(row[j]) * row[j];
     }
@@ -181,10 +182,10 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
     for (int32_t j = 0; j < dim; ++j) {
       if (std::fabs(row[j]) > max_finite) {
         data_.tokens.resize(old_size);
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": tokens row ", r, " column ", j, " is ", row[j],
-            ", outside the range of the corpus's ",
-            DTypeName(data_.dtype), " storage"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
+                         row[j], ", outside the range of the corpus's ",
+                         DTypeName(data_.dtype), " storage"));
       }
     }
     ConvertFromFloat(row.data(), dim, data_.dtype,
@@ -241,9 +242,8 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
   if (data.dim != config_.dim || data.dtype != config_.storage_dtype) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Append: documents have dim ", data.dim,
-                     " but corpus \"", config_.name, "\" has dim ",
-                     config_.dim));
+        absl::StrCat("Append: documents have dim ", data.dim, " but corpus \"",
+                     config_.name, "\" has dim ", config_.dim));
   }
   for (const std::string& id : data.ids) {
     if (base->Find(id)) {
@@ -278,9 +278,9 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
     std::optional<DocRef> ref = base->Find(ids[i]);
     if (!ref) {
       if (!ignore_missing) {
-        return absl::NotFoundError(absl::StrCat(
-            "ids[", i, "]: \"", ids[i], "\" is not in corpus \"",
-            config_.name, "\""));
+        return absl::NotFoundError(absl::StrCat("ids[", i, "]: \"", ids[i],
+                                                "\" is not in corpus \"",
+                                                config_.name, "\""));
       }
       ++result.missing;
       continue;
@@ -293,10 +293,9 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
       base->tombstone_sets();
   for (const auto& [s, rows] : rows_by_segment) {
     MAXSIMD_ASSIGN_OR_RETURN(
-        tombstones[s],
-        TombstoneSet::WithDeleted(base->tombstones(s),
-                                  base->segments()[s]->num_docs(), rows,
-                                  backend_));
+        tombstones[s], TombstoneSet::WithDeleted(
+                           base->tombstones(s), base->segments()[s]->num_docs(),
+                           rows, backend_));
   }
   Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
                                            std::move(tombstones)));

@@ -134,8 +134,7 @@ class Corpus {
  public:
   // `backend` must outlive the corpus.
   static absl::StatusOr<std::shared_ptr<Corpus>> Create(
-      const CorpusConfig& config, const CorpusLimits& limits,
-      Backend* backend);
+      const CorpusConfig& config, const CorpusLimits& limits, Backend* backend);
 
   const CorpusConfig& config() const { return config_; }
   const CorpusLimits& limits() const { return limits_; }

@@ -36,8 +36,8 @@ absl::Status CorpusRegistry::Drop(const std::string& name) {
   absl::MutexLock lock(&mu_);
   auto it = corpora_.find(name);
   if (it == corpora_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("name: corpus \"", name.substr(0, 160), "\" does not exist"));
+    return absl::NotFoundError(absl::StrCat(
+        "name: corpus \"", name.substr(0, 160), "\" does not exist"));
   }
   dropped = std::move(it->second);
   corpora_.erase(it);

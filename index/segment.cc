@@ -15,9 +15,9 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
   }
   // An empty token array still gets a (zero-byte) buffer so views are valid.
-  MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
-                           backend->Upload(seg->data_.tokens.data(),
-                                           seg->data_.tokens.size()));
+  MAXSIMD_ASSIGN_OR_RETURN(
+      seg->resident_tokens_,
+      backend->Upload(seg->data_.tokens.data(), seg->data_.tokens.size()));
   MAXSIMD_ASSIGN_OR_RETURN(
       seg->resident_cu_seqlens_,
       backend->Upload(seg->data_.cu_seqlens.data(),

@@ -28,10 +28,9 @@ absl::Status ValidateSearchParams(const SearchParams& p,
   const int64_t total_tokens =
       p.num_queries > 0 ? p.query_offsets[p.num_queries] : 0;
   if (total_tokens > limits.max_batch_query_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Search: the batch has ", total_tokens,
-                     " query tokens, the limit is ",
-                     limits.max_batch_query_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Search: the batch has ", total_tokens, " query tokens, the limit is ",
+        limits.max_batch_query_tokens));
   }
   for (int32_t q = 0; q < p.num_queries; ++q) {
     if (p.query_offsets[q + 1] < p.query_offsets[q]) {
@@ -55,18 +54,18 @@ absl::Status ValidateSearchParams(const SearchParams& p,
   if (p.candidate_offsets != nullptr && p.num_queries > 0) {
     const int64_t total = p.candidate_offsets[p.num_queries];
     if (total > limits.max_batch_candidates) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Search: the batch has ", total,
-                       " candidates, the limit is ",
-                       limits.max_batch_candidates));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Search: the batch has ", total, " candidates, the limit is ",
+          limits.max_batch_candidates));
     }
     for (int64_t c = 0; c < total; ++c) {
       const DocRef& r = p.candidates[c];
-      if (r.segment < 0 || static_cast<size_t>(r.segment) >= p.segments.size() ||
-          r.doc < 0 || r.doc >= p.segments[r.segment].host.num_docs) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Search: candidates[", c, "] = (", r.segment, ", ", r.doc,
-            ") is outside the segment list"));
+      if (r.segment < 0 ||
+          static_cast<size_t>(r.segment) >= p.segments.size() || r.doc < 0 ||
+          r.doc >= p.segments[r.segment].host.num_docs) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Search: candidates[", c, "] = (", r.segment, ", ",
+                         r.doc, ") is outside the segment list"));
       }
     }
   }

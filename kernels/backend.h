@@ -2,7 +2,8 @@
 // implemented by the CPU backend (maxsim_cpu.h) and the GPU backend
 // (gpu_backend.h, built with MAXSIMD_WITH_CUDA).
 //
-//   score(q, d) = sum over query tokens s of max over doc tokens t of <q_s, d_t>
+//   score(q, d) = sum over query tokens s of max over doc tokens t of <q_s,
+//   d_t>
 //
 // with fp32 accumulation; a document with no tokens scores -inf.
 //

@@ -53,32 +53,32 @@ inline absl::Status CudaErrorToStatus(cudaError_t err, const char* call,
 
 }  // namespace maxsimd
 
-#define MAXSIMD_CUDA_CHECK(call)                                          \
-  do {                                                                    \
-    const cudaError_t maxsimd_cuda_err_ = (call);                         \
-    if (maxsimd_cuda_err_ != cudaSuccess) {                               \
-      return ::maxsimd::CudaErrorToStatus(maxsimd_cuda_err_, #call,       \
-                                          __FILE__, __LINE__);            \
-    }                                                                     \
+#define MAXSIMD_CUDA_CHECK(call)                                              \
+  do {                                                                        \
+    const cudaError_t maxsimd_cuda_err_ = (call);                             \
+    if (maxsimd_cuda_err_ != cudaSuccess) {                                   \
+      return ::maxsimd::CudaErrorToStatus(maxsimd_cuda_err_, #call, __FILE__, \
+                                          __LINE__);                          \
+    }                                                                         \
   } while (0)
 
 #ifdef NDEBUG
 #define MAXSIMD_CUDA_CHECK_LAUNCH() MAXSIMD_CUDA_CHECK(cudaGetLastError())
 #else
-#define MAXSIMD_CUDA_CHECK_LAUNCH()               \
-  do {                                            \
-    MAXSIMD_CUDA_CHECK(cudaGetLastError());       \
-    MAXSIMD_CUDA_CHECK(cudaDeviceSynchronize());  \
+#define MAXSIMD_CUDA_CHECK_LAUNCH()              \
+  do {                                           \
+    MAXSIMD_CUDA_CHECK(cudaGetLastError());      \
+    MAXSIMD_CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 #endif
 
-#define MAXSIMD_CUDA_CHECK_NOTHROW(call)                                    \
-  do {                                                                      \
-    const cudaError_t maxsimd_cuda_err_ = (call);                           \
-    if (maxsimd_cuda_err_ != cudaSuccess) {                                 \
-      std::fprintf(stderr, "maxsimd: %s failed at %s:%d: %s\n", #call,      \
+#define MAXSIMD_CUDA_CHECK_NOTHROW(call)                                       \
+  do {                                                                         \
+    const cudaError_t maxsimd_cuda_err_ = (call);                              \
+    if (maxsimd_cuda_err_ != cudaSuccess) {                                    \
+      std::fprintf(stderr, "maxsimd: %s failed at %s:%d: %s\n", #call,         \
                    __FILE__, __LINE__, cudaGetErrorString(maxsimd_cuda_err_)); \
-    }                                                                       \
+    }                                                                          \
   } while (0)
 
 #endif  // MAXSIMD_KERNELS_CUDA_CHECK_CUH_

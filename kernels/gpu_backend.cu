@@ -158,8 +158,8 @@ class GpuBackendImpl final : public Backend {
     return absl::StrCat("gpu:", options_.device);
   }
   const BackendLimits& limits() const override { return options_.limits; }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
-      const void* host, size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
+                                                         size_t bytes) override;
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
@@ -188,7 +188,8 @@ class GpuBackendImpl final : public Backend {
 GpuBackendImpl::~GpuBackendImpl() {
   DeviceGuard guard(options_.device);
   for (Worker& w : workers_) {
-    if (w.stream != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.stream));
+    if (w.stream != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.stream));
     for (cudaEvent_t e : {w.start, w.staged, w.scored, w.done}) {
       if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     }
@@ -199,13 +200,14 @@ GpuBackendImpl::~GpuBackendImpl() {
     }
     if (w.pinned_in) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w.pinned_in));
     if (w.pinned_out) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w.pinned_out));
-    for (void* p : {static_cast<void*>(w.dev_in), static_cast<void*>(w.scores),
-                    static_cast<void*>(w.topk),
-                    static_cast<void*>(w.ws.partial[0]),
-                    static_cast<void*>(w.ws.partial[1])}) {
+    for (void* p :
+         {static_cast<void*>(w.dev_in), static_cast<void*>(w.scores),
+          static_cast<void*>(w.topk), static_cast<void*>(w.ws.partial[0]),
+          static_cast<void*>(w.ws.partial[1])}) {
       if (p != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(p));
     }
-    if (w.stream != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(w.stream));
+    if (w.stream != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(w.stream));
   }
   if (upload_stream_ != nullptr) {
     MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(upload_stream_));
@@ -227,7 +229,8 @@ absl::Status GpuBackendImpl::Init() {
 
 absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   const BackendLimits& lim = options_.limits;
-  MAXSIMD_CUDA_CHECK(cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
+  MAXSIMD_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&w->start, &w->staged, &w->scored, &w->done}) {
     MAXSIMD_CUDA_CHECK(cudaEventCreate(e));
   }
@@ -241,7 +244,8 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
                                    w->in_bytes, cudaHostAllocDefault));
-  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->dev_in), w->in_bytes));
+  MAXSIMD_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&w->dev_in), w->in_bytes));
   const int64_t topk_entries =
       static_cast<int64_t>(lim.max_batch_queries) * kMaxTopK;
   w->out_entries = 2 * topk_entries;
@@ -304,10 +308,9 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
     (void)cudaGetLastError();  // not sticky: clear it
     size_t free_bytes = 0, total_bytes = 0;
     (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("GpuBackend::Upload: ", bytes, " bytes do not fit on ",
-                     name(), " (", free_bytes, " of ", total_bytes,
-                     " bytes free)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GpuBackend::Upload: ", bytes, " bytes do not fit on ", name(), " (",
+        free_bytes, " of ", total_bytes, " bytes free)"));
   }
   if (err != cudaSuccess) {
     return Sticky(CudaErrorToStatus(err, "cudaMalloc", __FILE__, __LINE__));
@@ -349,9 +352,9 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
           " but segments[0] is ", DTypeName(dtype), "; one batch, one dtype"));
     }
     if (reinterpret_cast<uintptr_t>(v.tokens) % 16 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GpuBackend::Search: segments[", s,
-          "].tokens is not 16-byte aligned"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GpuBackend::Search: segments[", s,
+                       "].tokens is not 16-byte aligned"));
     }
     if (v.num_docs >= int64_t{0xffffffff}) {
       return absl::InvalidArgumentError(
@@ -372,8 +375,7 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   NvtxRange range("maxsimd.search");
   DeviceGuard guard(options_.device);
   const int index = AcquireWorker();
-  absl::Status st =
-      RunSearch(workers_[index], params, dtype, results, timing);
+  absl::Status st = RunSearch(workers_[index], params, dtype, results, timing);
   if (!st.ok()) {
     // Leave the slot's stream idle for the next user.
     (void)cudaStreamSynchronize(workers_[index].stream);
@@ -382,10 +384,9 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   return Sticky(st);
 }
 
-absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
-                                       DType dtype,
-                                       absl::Span<std::vector<ScoredDoc>> results,
-                                       SearchTiming* timing) {
+absl::Status GpuBackendImpl::RunSearch(
+    Worker& w, const SearchParams& p, DType dtype,
+    absl::Span<std::vector<ScoredDoc>> results, SearchTiming* timing) {
   const int64_t host_start = NowNs();
   const int32_t nq = p.num_queries;
   const int32_t dim = p.dim;
@@ -417,10 +418,10 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
         hi = std::max(hi, idx);
       }
       if (lo <= hi && hi - lo >= int64_t{0xffffffff}) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "GpuBackend::Search: the candidates of query ", q,
-            " span internal indexes ", lo, "..", hi,
-            "; one query's candidates must lie within 2^32 - 1"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("GpuBackend::Search: the candidates of query ", q,
+                         " span internal indexes ", lo, "..", hi,
+                         "; one query's candidates must lie within 2^32 - 1"));
       }
       query_base[q] = lo <= hi ? lo : 0;
     }
@@ -469,8 +470,8 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
           rec.tokens = static_cast<const char*>(seg.resident.tokens) +
                        t0 * dim * int64_t{2};
           rec.len = static_cast<int32_t>(seg.host.cu_seqlens[doc + 1] - t0);
-          rec.position = static_cast<uint32_t>(seg.host.base_index + doc -
-                                               query_base[q]);
+          rec.position =
+              static_cast<uint32_t>(seg.host.base_index + doc - query_base[q]);
         }
         rec_offsets[q + 1] = num_records;
         for (int64_t b = first; b < num_records; b += kGatherRecordsPerTile) {
@@ -557,9 +558,9 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
       MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(stream));
       merge_pending();
     }
-    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(
-        w.pinned_out + ring_used, w.topk, result_entries * sizeof(uint64_t),
-        cudaMemcpyDeviceToHost, stream));
+    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w.pinned_out + ring_used, w.topk,
+                                       result_entries * sizeof(uint64_t),
+                                       cudaMemcpyDeviceToHost, stream));
     pending.push_back({base, ring_used, per_query_base});
     ring_used += result_entries;
     return absl::OkStatus();
@@ -569,8 +570,8 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
     NvtxRange r("maxsimd.gather");
     if (num_records > 0) {
       if (empty_query) {
-        MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
-            w.scores, 0, num_records * sizeof(float), stream));
+        MAXSIMD_CUDA_CHECK(
+            cudaMemsetAsync(w.scores, 0, num_records * sizeof(float), stream));
       }
       GatherLaunchParams g;
       g.dtype = dtype;
@@ -592,22 +593,22 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
       }
       TopKSource src;
       src.scores = w.scores;
-      src.positions = reinterpret_cast<const uint32_t*>(w.dev_in + cap.records) +
-                      offsetof(GatherRecord, position) / sizeof(uint32_t);
+      src.positions =
+          reinterpret_cast<const uint32_t*>(w.dev_in + cap.records) +
+          offsetof(GatherRecord, position) / sizeof(uint32_t);
       src.position_stride = sizeof(GatherRecord) / sizeof(uint32_t);
       src.row_offsets =
           reinterpret_cast<const int64_t*>(w.dev_in + cap.rec_offsets);
       MAXSIMD_RETURN_IF_ERROR(timed([&] {
-        return SelectTopK(src, nq, max_row, dev_topk, kmax, false, w.topk,
-                          w.ws, stream);
+        return SelectTopK(src, nq, max_row, dev_topk, kmax, false, w.topk, w.ws,
+                          stream);
       }));
       MAXSIMD_RETURN_IF_ERROR(fetch(0, true));
     }
   } else {
     NvtxRange r("maxsimd.scan");
-    const int64_t chunk =
-        std::max<int64_t>(1, std::min<int64_t>(w.score_entries / nq,
-                                               int64_t{0xfffffffe}));
+    const int64_t chunk = std::max<int64_t>(
+        1, std::min<int64_t>(w.score_entries / nq, int64_t{0xfffffffe}));
     for (size_t s = 0; s < p.segments.size(); ++s) {
       const SegmentView& v = p.segments[s].resident;
       if (v.num_docs == 0) continue;
@@ -642,8 +643,8 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
         src.row_stride = clen;
         src.row_len = clen;
         MAXSIMD_RETURN_IF_ERROR(timed([&] {
-          return SelectTopK(src, nq, clen, dev_topk, kmax, c0 > 0, w.topk,
-                            w.ws, stream);
+          return SelectTopK(src, nq, clen, dev_topk, kmax, c0 > 0, w.topk, w.ws,
+                            stream);
         }));
       }
       MAXSIMD_RETURN_IF_ERROR(fetch(v.base_index, false));
@@ -662,7 +663,8 @@ absl::Status GpuBackendImpl::RunSearch(Worker& w, const SearchParams& p,
       MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms, w.pair[i][0], w.pair[i][1]));
       ms_topk += ms;
     }
-    timing->h2d_ns = (host_staged - host_start) + static_cast<int64_t>(ms_h2d * 1e6);
+    timing->h2d_ns =
+        (host_staged - host_start) + static_cast<int64_t>(ms_h2d * 1e6);
     timing->topk_ns = static_cast<int64_t>(ms_topk * 1e6);
     // The D2H copies of the results are small and overlap the next
     // segment's work; what remains after the last kernel is host merging.
@@ -693,9 +695,9 @@ absl::StatusOr<std::unique_ptr<Backend>> GpuBackend::Create(
                      ", this machine has ", count, " CUDA devices"));
   }
   if (options.num_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GpuBackend::Create: num_workers is ", options.num_workers,
-        ", must be at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GpuBackend::Create: num_workers is ", options.num_workers,
+                     ", must be at least 1"));
   }
   const BackendLimits& lim = options.limits;
   if (lim.max_batch_queries < 1 || lim.max_batch_query_tokens < 1 ||

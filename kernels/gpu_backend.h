@@ -23,8 +23,8 @@
 namespace maxsimd {
 
 struct GpuBackendOptions {
-  int device = 0;       // CUDA device ordinal
-  int num_workers = 2;  // worker slots, each with its own stream + workspace
+  int device = 0;        // CUDA device ordinal
+  int num_workers = 2;   // worker slots, each with its own stream + workspace
   BackendLimits limits;  // limits.max_dim is capped at 2048 on the GPU
   // Staged query elements per batch (total query tokens x dim rounded up to
   // a multiple of 32); a larger batch is refused with INVALID_ARGUMENT. Sizes

@@ -150,7 +150,8 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
       });
   for (int32_t q = 0; q < p.num_queries; ++q) {
     TopKAccumulator& merged = heaps[q];
-    for (int w = 1; w < workers; ++w) merged.Merge(heaps[w * p.num_queries + q]);
+    for (int w = 1; w < workers; ++w)
+      merged.Merge(heaps[w * p.num_queries + q]);
     results[q] = merged.TakeSorted();
   }
   return absl::OkStatus();
@@ -174,7 +175,8 @@ absl::Status CpuBackend::Gather(const SearchParams& p,
       const SegmentView& seg = p.segments[r.segment].resident;
       if (IsTombstoned(seg.tombstones, r.doc)) continue;
       const int64_t ld = DecodeDoc(seg, r.doc, &scratch[w]);
-      scores[c] = ScoreDecoded(p, owner[c], scratch[w], ld, &scratch[w].row_max);
+      scores[c] =
+          ScoreDecoded(p, owner[c], scratch[w], ld, &scratch[w].row_max);
     }
   });
   for (int32_t q = 0; q < p.num_queries; ++q) {

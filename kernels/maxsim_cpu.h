@@ -30,8 +30,8 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   const BackendLimits& limits() const override { return options_.limits; }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
-      const void* host, size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
+                                                         size_t bytes) override;
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;

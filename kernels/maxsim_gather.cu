@@ -1,18 +1,17 @@
 // Gather launcher: the one dispatch from run-time (dtype, dim, row tiles) to
 // the kernel instantiations in maxsim_gather_{fp16,bf16}.cu.
-#include "kernels/maxsim_gather.h"
-
-#include "kernels/maxsim_scan.h"
-
 #include "absl/strings/str_cat.h"
 #include "kernels/detail/maxsim_warp.cuh"
 #include "kernels/detail/mma.cuh"
+#include "kernels/maxsim_gather.h"
+#include "kernels/maxsim_scan.h"
 
 namespace maxsimd {
 namespace detail {
 // Defined in detail/maxsim_kernels.cuh, instantiated per dtype.
 template <typename Tag, int kD, int kMT>
-absl::Status LaunchGatherTyped(const GatherLaunchParams& p, cudaStream_t stream);
+absl::Status LaunchGatherTyped(const GatherLaunchParams& p,
+                               cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -52,7 +51,8 @@ absl::Status DispatchDim(const GatherLaunchParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-absl::Status LaunchMaxSimGather(const GatherLaunchParams& p, cudaStream_t stream) {
+absl::Status LaunchMaxSimGather(const GatherLaunchParams& p,
+                                cudaStream_t stream) {
   switch (p.dtype) {
     case DType::kFloat16:
       return DispatchDim<detail::Fp16>(p, stream);

@@ -1,10 +1,9 @@
 // Scan launcher: the one dispatch from run-time (dtype, dim, row tiles) to
 // the kernel instantiations in maxsim_scan_{fp16,bf16}.cu.
-#include "kernels/maxsim_scan.h"
-
 #include "absl/strings/str_cat.h"
 #include "kernels/detail/maxsim_warp.cuh"
 #include "kernels/detail/mma.cuh"
+#include "kernels/maxsim_scan.h"
 
 namespace maxsimd {
 namespace detail {

@@ -35,9 +35,9 @@ int ChooseRowTiles(int64_t rows, int32_t dpad);
 struct ScanLaunchParams {
   DType dtype = DType::kFloat16;  // of the corpus and the staged queries
   int32_t dim = 0;
-  int32_t dpad = 0;               // PaddedDim(dim)
-  const void* query = nullptr;    // [rows_total, dpad], dtype, zero-padded
-  const int32_t* row_query = nullptr;      // [rows_total]: query of each row
+  int32_t dpad = 0;                    // PaddedDim(dim)
+  const void* query = nullptr;         // [rows_total, dpad], dtype, zero-padded
+  const int32_t* row_query = nullptr;  // [rows_total]: query of each row
   const int64_t* query_offsets = nullptr;  // [num_queries + 1]
   int64_t rows_total = 0;
   // The segment: tokens [num_tokens, dim], cu_seqlens [num_docs + 1],

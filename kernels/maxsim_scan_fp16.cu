@@ -2,4 +2,5 @@
 // (dim, row-tile) bucket: one translation unit per (dtype, operation).
 #include "kernels/detail/maxsim_kernels.cuh"
 
-MAXSIMD_INSTANTIATE_MAXSIM(LaunchScanTyped, maxsimd::ScanLaunchParams, maxsimd::detail::Fp16);
+MAXSIMD_INSTANTIATE_MAXSIM(LaunchScanTyped, maxsimd::ScanLaunchParams,
+                           maxsimd::detail::Fp16);

@@ -19,8 +19,8 @@
 
 // `lhs = value-of(rexpr)` where rexpr is an absl::StatusOr<T>; returns the
 // error from the enclosing function otherwise. lhs may declare a variable.
-#define MAXSIMD_ASSIGN_OR_RETURN(lhs, rexpr)                                \
-  MAXSIMD_ASSIGN_OR_RETURN_IMPL_(                                           \
+#define MAXSIMD_ASSIGN_OR_RETURN(lhs, rexpr) \
+  MAXSIMD_ASSIGN_OR_RETURN_IMPL_(            \
       MAXSIMD_STATUS_CONCAT_(maxsimd_statusor_, __LINE__), lhs, rexpr)
 #define MAXSIMD_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                                   \

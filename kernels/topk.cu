@@ -1,6 +1,4 @@
 // Host side of the GPU top-k: plans the select rounds and launches them.
-#include "kernels/topk.h"
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -9,6 +7,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/detail/select_topk.cuh"
 #include "kernels/status_macros.h"
+#include "kernels/topk.h"
 
 namespace maxsimd {
 namespace {
@@ -22,10 +21,11 @@ template <SelectMode kMode>
 absl::Status Launch(const SelectArgs& args, int64_t slices, int32_t queries,
                     cudaStream_t stream) {
   auto kernel = detail::SelectTopKKernel<kMode>;
-  MAXSIMD_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      detail::SelectSmemBytes()));
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(queries));
+  MAXSIMD_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           detail::SelectSmemBytes()));
+  const dim3 grid(static_cast<unsigned>(slices),
+                  static_cast<unsigned>(queries));
   kernel<<<grid, detail::kSelectThreads, detail::SelectSmemBytes(), stream>>>(
       args);
   MAXSIMD_CUDA_CHECK_LAUNCH();

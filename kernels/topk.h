@@ -40,7 +40,7 @@ inline constexpr int64_t kTopKSlice = 2 * kMaxTopK;
 // [q * row_stride, q * row_stride + row_len). Exactly one of `scores` and
 // `keys` is set. All pointers are device memory.
 struct TopKSource {
-  const float* scores = nullptr;  // ranked by score, keyed by position:
+  const float* scores = nullptr;        // ranked by score, keyed by position:
   const uint32_t* positions = nullptr;  // positions[i * position_stride], or
   int32_t position_stride = 1;          // position_base + (i - row start)
   uint32_t position_base = 0;

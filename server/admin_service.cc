@@ -45,8 +45,8 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
       c.placement = Placement::kHost;
       break;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("placement is ", r.placement(), ", not a known Placement"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement is ", r.placement(), ", not a known Placement"));
   }
   if (r.storage_dtype() == v1::DTYPE_UNSPECIFIED) {
     c.storage_dtype = DType::kFloat16;
@@ -80,7 +80,8 @@ void FinishUnary(grpc::ServerUnaryReactor* reactor, Metrics* metrics,
 // One AddDocuments stream: converts every message into a DocumentBuilder as
 // it arrives and commits the lot when the client half-closes. A bad message
 // ends the call at once with nothing added. Deletes itself in OnDone.
-class AddReactor final : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
+class AddReactor final
+    : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
  public:
   AddReactor(AdminService* service, v1::AddDocumentsResponse* response)
       : service_(service), response_(response), arrival_(absl::Now()) {
@@ -114,12 +115,13 @@ class AddReactor final : public grpc::ServerReadReactor<v1::AddDocumentsRequest>
       builder_.emplace(corpus_->config(), corpus_->limits());
     } else if (!request_.corpus().empty() &&
                request_.corpus() != corpus_->config().name) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": corpus \"", request_.corpus(),
-          "\" differs from the stream's corpus \"", corpus_->config().name,
-          "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": corpus \"", request_.corpus(),
+                       "\" differs from the stream's corpus \"",
+                       corpus_->config().name, "\""));
     }
-    if (request_.ids_size() == 0 && !request_.has_tokens()) return absl::OkStatus();
+    if (request_.ids_size() == 0 && !request_.has_tokens())
+      return absl::OkStatus();
     const int32_t max_doc_tokens = corpus_->limits().max_doc_tokens;
     MAXSIMD_ASSIGN_OR_RETURN(
         TensorView view,
@@ -131,10 +133,10 @@ class AddReactor final : public grpc::ServerReadReactor<v1::AddDocumentsRequest>
         static_cast<int64_t>(DTypeSize(corpus_->config().storage_dtype));
     if ((builder_->num_tokens() + view.rows) * row_bytes >
         service_->limits().max_stream_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          where, ": the stream exceeds --max_add_stream_bytes (",
-          service_->limits().max_stream_bytes,
-          "); split the load into several AddDocuments calls"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(where, ": the stream exceeds --max_add_stream_bytes (",
+                       service_->limits().max_stream_bytes,
+                       "); split the load into several AddDocuments calls"));
     }
     const std::vector<std::string> ids(request_.ids().begin(),
                                        request_.ids().end());

@@ -40,9 +40,9 @@ class AdminService final : public v1::Admin::CallbackService {
       grpc::CallbackServerContext* ctx,
       const v1::DeleteDocumentsRequest* request,
       v1::DeleteDocumentsResponse* response) override;
-  grpc::ServerUnaryReactor* DropCorpus(grpc::CallbackServerContext* ctx,
-                                       const v1::DropCorpusRequest* request,
-                                       v1::DropCorpusResponse* response) override;
+  grpc::ServerUnaryReactor* DropCorpus(
+      grpc::CallbackServerContext* ctx, const v1::DropCorpusRequest* request,
+      v1::DropCorpusResponse* response) override;
   grpc::ServerUnaryReactor* ListCorpora(
       grpc::CallbackServerContext* ctx, const v1::ListCorporaRequest* request,
       v1::ListCorporaResponse* response) override;

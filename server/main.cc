@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   }
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  if (o.max_message_bytes < 1024 || o.max_message_bytes > (int64_t{2} << 30) - 1) {
+  if (o.max_message_bytes < 1024 ||
+      o.max_message_bytes > (int64_t{2} << 30) - 1) {
     return Fail("--max_message_bytes must be in [1024, 2147483647]");
   }
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -93,13 +94,15 @@ int main(int argc, char** argv) {
   o.request_limits.max_batch_queries = absl::GetFlag(FLAGS_max_batch_queries);
   if (o.request_limits.max_top_k < 1 ||
       o.request_limits.max_top_k > maxsimd::kMaxTopK) {
-    return Fail(absl::StrCat("--max_top_k must be in [1, ", maxsimd::kMaxTopK, "]"));
+    return Fail(
+        absl::StrCat("--max_top_k must be in [1, ", maxsimd::kMaxTopK, "]"));
   }
   if (o.request_limits.max_query_tokens < 1 ||
       o.request_limits.max_candidates < 1 ||
       o.request_limits.max_batch_queries < 1) {
-    return Fail("--max_query_tokens, --max_candidates and --max_batch_queries "
-                "must be at least 1");
+    return Fail(
+        "--max_query_tokens, --max_candidates and --max_batch_queries "
+        "must be at least 1");
   }
   o.corpus_limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);

@@ -16,8 +16,8 @@ namespace {
 // Latency buckets from 50 µs to 10 s.
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* b = new prometheus::Histogram::BucketBoundaries{
-      50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,
-      10e-3, 25e-3,  50e-3,  100e-3, 250e-3, 500e-3, 1, 2.5, 10};
+      50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3, 10e-3,
+      25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1,      2.5,  10};
   return *b;
 }
 
@@ -58,8 +58,9 @@ Metrics::Metrics(prometheus::Registry& registry,
                          .Name("maxsimd_batch_queries")
                          .Help("Queries per executed batch.")
                          .Register(registry)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{
-                                      1, 2, 4, 8, 16, 32, 64, 128, 256})),
+                         .Add({},
+                              prometheus::Histogram::BucketBoundaries{
+                                  1, 2, 4, 8, 16, 32, 64, 128, 256})),
       queue_depth_(prometheus::BuildGauge()
                        .Name("maxsimd_queue_depth")
                        .Help("Queries waiting for an executor.")
@@ -101,16 +102,16 @@ void Metrics::CountRejected(const std::string& reason) {
 }
 
 std::vector<prometheus::MetricFamily> CorpusCollector::Collect() const {
-  auto docs = GaugeFamily("maxsimd_corpus_documents",
-                          "Live documents per corpus.");
+  auto docs =
+      GaugeFamily("maxsimd_corpus_documents", "Live documents per corpus.");
   auto tokens = GaugeFamily("maxsimd_corpus_tokens",
                             "Tokens of live documents per corpus.");
   auto bytes = GaugeFamily("maxsimd_corpus_bytes",
                            "Bytes of token storage held per corpus.");
   auto deleted = GaugeFamily("maxsimd_corpus_deleted_documents",
                              "Deleted documents still stored per corpus.");
-  auto segments = GaugeFamily("maxsimd_corpus_segments",
-                              "Segments per corpus.");
+  auto segments =
+      GaugeFamily("maxsimd_corpus_segments", "Segments per corpus.");
   for (const auto& corpus : corpora_->List()) {
     const auto snap = corpus->Snapshot();
     std::vector<prometheus::ClientMetric::Label> l{
@@ -128,10 +129,9 @@ ProcessCollector::ProcessCollector() {
   // The process start time is boot time + starttime ticks from /proc, but
   // the server starts this collector at start-up, so "now" is within
   // milliseconds of it and needs no /proc arithmetic.
-  start_time_seconds_ =
-      std::chrono::duration<double>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count();
+  start_time_seconds_ = std::chrono::duration<double>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
 }
 
 std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
@@ -162,7 +162,8 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
       out.push_back(std::move(vsize));
       auto rss = GaugeFamily("process_resident_memory_bytes",
                              "Resident memory size in bytes.");
-      AddGauge(rss, std::stod(f[21]) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+      AddGauge(rss,
+               std::stod(f[21]) * static_cast<double>(sysconf(_SC_PAGESIZE)));
       out.push_back(std::move(rss));
     }
   }
@@ -172,8 +173,8 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
     closedir(dir);
     --fds;  // the descriptor opendir itself holds
   }
-  auto open_fds = GaugeFamily("process_open_fds",
-                              "Number of open file descriptors.");
+  auto open_fds =
+      GaugeFamily("process_open_fds", "Number of open file descriptors.");
   AddGauge(open_fds, fds);
   out.push_back(std::move(open_fds));
   auto start = GaugeFamily("process_start_time_seconds",

@@ -55,8 +55,9 @@ class Metrics {
 };
 
 // Scrape-time gauges per corpus: maxsimd_corpus_documents,
-// maxsimd_corpus_tokens, maxsimd_corpus_bytes, maxsimd_corpus_deleted_documents,
-// maxsimd_corpus_segments, all labelled {corpus}.
+// maxsimd_corpus_tokens, maxsimd_corpus_bytes,
+// maxsimd_corpus_deleted_documents, maxsimd_corpus_segments, all labelled
+// {corpus}.
 class CorpusCollector : public prometheus::Collectable {
  public:
   explicit CorpusCollector(const CorpusRegistry* corpora) : corpora_(corpora) {}

@@ -52,17 +52,16 @@ absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
   }
   if (rows < min_rows || rows > max_rows) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Field(field, "shape"), "[0] is ", rows,
-                     "; must be in [", min_rows, ", ", max_rows, "]"));
+        absl::StrCat(Field(field, "shape"), "[0] is ", rows, "; must be in [",
+                     min_rows, ", ", max_rows, "]"));
   }
   // rows <= max_rows and dim <= max_dim keep this product far from overflow.
   const uint64_t want = static_cast<uint64_t>(rows) *
                         static_cast<uint64_t>(dim) * DTypeSize(view.dtype);
   if (tensor.data().size() != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Field(field, "data"), " has ", tensor.data().size(),
-        " bytes; shape [", rows, ", ", dim, "] of ", DTypeName(view.dtype),
-        " needs ", want));
+        Field(field, "data"), " has ", tensor.data().size(), " bytes; shape [",
+        rows, ", ", dim, "] of ", DTypeName(view.dtype), " needs ", want));
   }
   view.rows = rows;
   view.data = tensor.data().data();
@@ -76,9 +75,9 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
   const CorpusConfig& config = snapshot.config();
   DecodedQuery out;
   MAXSIMD_ASSIGN_OR_RETURN(
-      TensorView view, DecodeTensor(req.query(), config.dim, 1,
-                                    limits.max_query_tokens,
-                                    Field(field, "query")));
+      TensorView view,
+      DecodeTensor(req.query(), config.dim, 1, limits.max_query_tokens,
+                   Field(field, "query")));
   out.num_tokens = view.rows;
   out.tokens.resize(static_cast<size_t>(view.rows) * config.dim);
   ConvertToFloat(view.data, view.dtype, 0, view.rows * config.dim,
@@ -102,18 +101,16 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
 
   out.top_k = req.top_k() == 0 ? kDefaultTopK : req.top_k();
   if (out.top_k < 1 || out.top_k > limits.max_top_k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(field, "top_k"), " is ", req.top_k(),
-                     "; must be in [1, ", limits.max_top_k, "] (0 means ",
-                     kDefaultTopK, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(field, "top_k"), " is ", req.top_k(), "; must be in [1, ",
+        limits.max_top_k, "] (0 means ", kDefaultTopK, ")"));
   }
 
   out.scan = req.candidate_ids_size() == 0;
   if (req.candidate_ids_size() > limits.max_candidates) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Field(field, "candidate_ids"), " has ",
-                     req.candidate_ids_size(), " ids; the limit is ",
-                     limits.max_candidates));
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(field, "candidate_ids"), " has ", req.candidate_ids_size(),
+        " ids; the limit is ", limits.max_candidates));
   }
   absl::flat_hash_set<absl::string_view> seen;
   seen.reserve(req.candidate_ids_size());

@@ -35,8 +35,8 @@ inline constexpr int32_t kDefaultTopK = 10;
 struct DecodedQuery {
   std::vector<float> tokens;  // [num_tokens, dim] fp32, normalised if asked
   int64_t num_tokens = 0;
-  bool scan = true;                 // false: rerank `candidates`
-  std::vector<DocRef> candidates;   // de-duplicated, first occurrence kept
+  bool scan = true;                // false: rerank `candidates`
+  std::vector<DocRef> candidates;  // de-duplicated, first occurrence kept
   int32_t top_k = kDefaultTopK;
 };
 

@@ -182,7 +182,8 @@ class StreamReactor final
         absl::MutexLock lock(&mu_);
         ++pending_;
       }
-      task->done = [this, request_id, arrival](absl::StatusOr<QueryOutcome> out) {
+      task->done = [this, request_id,
+                    arrival](absl::StatusOr<QueryOutcome> out) {
         auto response = std::make_unique<v1::RerankResponse>();
         response->set_request_id(request_id);
         if (out.ok()) FillResponse(*out, arrival, response.get());

@@ -23,7 +23,8 @@ absl::Status Scheduler::Submit(std::vector<QueryTask> tasks) {
     return absl::UnavailableError("the server is shutting down");
   }
   const int64_t depth = static_cast<int64_t>(queue_.size());
-  if (depth + static_cast<int64_t>(tasks.size()) > options_.max_queued_queries) {
+  if (depth + static_cast<int64_t>(tasks.size()) >
+      options_.max_queued_queries) {
     if (metrics_) metrics_->CountRejected("queue_full");
     return absl::ResourceExhaustedError(absl::StrCat(
         "the query queue holds ", depth, " queries; --max_queued_queries is ",
@@ -61,12 +62,12 @@ std::vector<QueryTask> Scheduler::TakeBatch() {
   int64_t tokens = 0;
   int64_t candidates = 0;
   for (auto it = queue_.begin();
-       it != queue_.end() && static_cast<int32_t>(batch.size()) < max_queries;) {
+       it != queue_.end() &&
+       static_cast<int32_t>(batch.size()) < max_queries;) {
     const DecodedQuery& q = it->query;
-    const bool fits =
-        tokens + q.num_tokens <= limits.max_batch_query_tokens &&
-        candidates + static_cast<int64_t>(q.candidates.size()) <=
-            limits.max_batch_candidates;
+    const bool fits = tokens + q.num_tokens <= limits.max_batch_query_tokens &&
+                      candidates + static_cast<int64_t>(q.candidates.size()) <=
+                          limits.max_batch_candidates;
     if (it->snapshot.get() != snapshot || q.scan != scan ||
         (!batch.empty() && !fits)) {
       ++it;
@@ -92,7 +93,8 @@ void Scheduler::ExecutorLoop() {
           this));
       if (queue_.empty()) return;  // stopping and drained
       batch = TakeBatch();
-      if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+      if (metrics_)
+        metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
     }
     RunBatch(std::move(batch));
   }

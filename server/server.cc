@@ -51,8 +51,8 @@ absl::Status LoadDemoCorpus(CorpusRegistry* corpora, int64_t num_docs) {
         static_cast<int32_t>(synth.cu_seqlens[i + 1] - synth.cu_seqlens[i]));
   }
   MAXSIMD_RETURN_IF_ERROR(builder.Add(synth.ids, counts, synth.tokens.data(),
-                                      synth.cu_seqlens.back(),
-                                      DType::kFloat32, "demo corpus"));
+                                      synth.cu_seqlens.back(), DType::kFloat32,
+                                      "demo corpus"));
   return corpus->Append(builder.Take()).status();
 }
 
@@ -96,7 +96,8 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   spdlog::info("compute backend: {}", s->backend_->name());
 
   s->prom_registry_ = std::make_shared<prometheus::Registry>();
-  s->metrics_ = std::make_unique<Metrics>(*s->prom_registry_, s->backend_->name());
+  s->metrics_ =
+      std::make_unique<Metrics>(*s->prom_registry_, s->backend_->name());
   s->corpora_ = std::make_unique<CorpusRegistry>(s->backend_.get(),
                                                  options.corpus_limits);
   s->scheduler_ = std::make_unique<Scheduler>(
@@ -108,7 +109,8 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
       s->corpora_.get(), options.admin_limits, s->metrics_.get());
 
   if (options.demo_docs > 0) {
-    MAXSIMD_RETURN_IF_ERROR(LoadDemoCorpus(s->corpora_.get(), options.demo_docs));
+    MAXSIMD_RETURN_IF_ERROR(
+        LoadDemoCorpus(s->corpora_.get(), options.demo_docs));
     spdlog::info("loaded corpus \"demo\" with {} synthetic documents",
                  options.demo_docs);
   }
@@ -133,21 +135,22 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
 
   if (!options.metrics_listen.empty()) {
     try {
-      s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+      s->exposer_ =
+          std::make_unique<prometheus::Exposer>(options.metrics_listen);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(
-          "could not listen on --metrics_listen=", options.metrics_listen,
-          ": ", e.what()));
+          "could not listen on --metrics_listen=", options.metrics_listen, ": ",
+          e.what()));
     }
-    s->collectables_ = {
-        s->prom_registry_,
-        std::make_shared<CorpusCollector>(s->corpora_.get()),
-        std::make_shared<ProcessCollector>()};
+    s->collectables_ = {s->prom_registry_,
+                        std::make_shared<CorpusCollector>(s->corpora_.get()),
+                        std::make_shared<ProcessCollector>()};
     for (const auto& c : s->collectables_) s->exposer_->RegisterCollectable(c);
     s->metrics_port_ = s->exposer_->GetListeningPorts().front();
   }
 
-  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  grpc::HealthCheckServiceInterface* health =
+      s->server_->GetHealthCheckService();
   for (const char* service : kServices) health->SetServingStatus(service, true);
   health->SetServingStatus(true);
   spdlog::info("serving on port {}, metrics on port {}", s->port_,
@@ -158,7 +161,8 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
 void MaxsimServer::Shutdown() {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  spdlog::info("draining (deadline {})", absl::FormatDuration(options_.drain_timeout));
+  spdlog::info("draining (deadline {})",
+               absl::FormatDuration(options_.drain_timeout));
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();

@@ -30,7 +30,7 @@ namespace prometheus {
 class Collectable;
 class Exposer;
 class Registry;
-}
+}  // namespace prometheus
 
 namespace maxsimd {
 
@@ -42,11 +42,11 @@ class RerankerService;
 enum class BackendChoice { kAuto, kCpu, kGpu };
 
 struct ServerOptions {
-  std::string listen = "0.0.0.0:50051";  // port 0 picks a free port
+  std::string listen = "0.0.0.0:50051";         // port 0 picks a free port
   std::string metrics_listen = "0.0.0.0:9464";  // empty: no /metrics
   BackendChoice backend = BackendChoice::kAuto;
-  int device = 0;        // CUDA ordinal for the GPU backend
-  int cpu_threads = 0;   // CPU backend threads; 0 = one per core
+  int device = 0;       // CUDA ordinal for the GPU backend
+  int cpu_threads = 0;  // CPU backend threads; 0 = one per core
   int64_t max_message_bytes = 64 << 20;
   absl::Duration drain_timeout = absl::Seconds(30);
   RequestLimits request_limits;

@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
   const int dim = kD > 0 ? kD : p.dim;
 
   for (int64_t row0 = 0; row0 < p.rows_total; row0 += kRows) {
-    const int nrows = static_cast<int>(min(static_cast<int64_t>(kRows), p.rows_total - row0));
+    const int nrows =
+        static_cast<int>(min(static_cast<int64_t>(kRows), p.rows_total - row0));
     __syncthreads();  // every warp is done with the previous pass's tile
     LoadPassTile<Storage, kMT>(static_cast<const Storage*>(p.query), p.dpad,
                                row0, nrows, tile);
@@ -131,7 +132,8 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
   const int dim = kD > 0 ? kD : p.dim;
 
   for (int64_t row0 = r0; row0 < r1; row0 += kRows) {
-    const int nrows = static_cast<int>(min(static_cast<int64_t>(kRows), r1 - row0));
+    const int nrows =
+        static_cast<int>(min(static_cast<int64_t>(kRows), r1 - row0));
     __syncthreads();
     LoadPassTile<Storage, kMT>(static_cast<const Storage*>(p.query), p.dpad,
                                row0, nrows, tile);
@@ -146,7 +148,8 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     }
     for (; r < work.rec_end; r += kMaxSimWarps) {
       GatherRecord rec_next;
-      if (r + kMaxSimWarps < work.rec_end) rec_next = p.records[r + kMaxSimWarps];
+      if (r + kMaxSimWarps < work.rec_end)
+        rec_next = p.records[r + kMaxSimWarps];
       float rowmax[kMT][2];
       Warp::Run(static_cast<const Storage*>(rec.tokens), rec.len, dim, p.dpad,
                 tile, active_mt, next,
@@ -201,25 +204,25 @@ absl::Status LaunchGatherTyped(const GatherLaunchParams& p,
 
 // Instantiates the typed launchers of one operation for every (dim, rows)
 // bucket of one dtype.
-#define MAXSIMD_INSTANTIATE_MAXSIM(LAUNCH, PARAMS, TAG)                    \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 0, 2>(const PARAMS&,  \
-                                                           cudaStream_t);  \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 0, 8>(const PARAMS&,  \
-                                                           cudaStream_t);  \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 64, 2>(const PARAMS&, \
-                                                            cudaStream_t); \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 64, 8>(const PARAMS&, \
-                                                            cudaStream_t); \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 96, 2>(const PARAMS&, \
-                                                            cudaStream_t); \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 96, 8>(const PARAMS&, \
-                                                            cudaStream_t); \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 128, 2>(              \
-      const PARAMS&, cudaStream_t);                                        \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 128, 8>(              \
-      const PARAMS&, cudaStream_t);                                        \
-  template absl::Status maxsimd::detail::LAUNCH<TAG, 256, 2>(              \
-      const PARAMS&, cudaStream_t);                                        \
+#define MAXSIMD_INSTANTIATE_MAXSIM(LAUNCH, PARAMS, TAG)                     \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 0, 2>(const PARAMS&,   \
+                                                           cudaStream_t);   \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 0, 8>(const PARAMS&,   \
+                                                           cudaStream_t);   \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 64, 2>(const PARAMS&,  \
+                                                            cudaStream_t);  \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 64, 8>(const PARAMS&,  \
+                                                            cudaStream_t);  \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 96, 2>(const PARAMS&,  \
+                                                            cudaStream_t);  \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 96, 8>(const PARAMS&,  \
+                                                            cudaStream_t);  \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 128, 2>(const PARAMS&, \
+                                                             cudaStream_t); \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 128, 8>(const PARAMS&, \
+                                                             cudaStream_t); \
+  template absl::Status maxsimd::detail::LAUNCH<TAG, 256, 2>(const PARAMS&, \
+                                                             cudaStream_t); \
   template absl::Status maxsimd::detail::LAUNCH<TAG, 256, 8>(const PARAMS&, \
                                                              cudaStream_t)
 

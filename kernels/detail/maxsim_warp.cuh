@@ -93,13 +93,10 @@ struct WarpMaxSim {
     }
   }
 
-  __device__ __forceinline__ static void Run(const Storage* doc, int64_t len,
-                                             int dim, int dpad,
-                                             const char* tile, int active_mt,
-                                             Buffer& next,
-                                             const Storage* next_doc,
-                                             int64_t next_len,
-                                             float (&rowmax)[kMT][2]) {
+  __device__ __forceinline__ static void Run(
+      const Storage* doc, int64_t len, int dim, int dpad, const char* tile,
+      int active_mt, Buffer& next, const Storage* next_doc, int64_t next_len,
+      float (&rowmax)[kMT][2]) {
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -110,8 +107,8 @@ struct WarpMaxSim {
       rowmax[mt][1] = -__int_as_float(0x7f800000);
     }
     if constexpr (kD > 0) {
-      RunFixed(doc, len, tile, pitch, active_mt, g, t, next, next_doc,
-               next_len, rowmax);
+      RunFixed(doc, len, tile, pitch, active_mt, g, t, next, next_doc, next_len,
+               rowmax);
     } else {
       RunGeneral(doc, len, dim, dpad, tile, pitch, active_mt, g, t, rowmax);
     }
@@ -155,9 +152,11 @@ struct WarpMaxSim {
     }
   }
 
-  __device__ __forceinline__ static void LoadGroupFixed(
-      const Storage* doc, int64_t len, int64_t base, int g, int t,
-      uint4 (&b)[kNG][kJ]) {
+  __device__ __forceinline__ static void LoadGroupFixed(const Storage* doc,
+                                                        int64_t len,
+                                                        int64_t base, int g,
+                                                        int t,
+                                                        uint4 (&b)[kNG][kJ]) {
 #pragma unroll
     for (int ng = 0; ng < kNG; ++ng) {
       const int64_t tok = base + ng * 8 + g;

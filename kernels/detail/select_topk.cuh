@@ -6,8 +6,8 @@
 #ifndef MAXSIMD_KERNELS_DETAIL_SELECT_TOPK_CUH_
 #define MAXSIMD_KERNELS_DETAIL_SELECT_TOPK_CUH_
 
-#include <cub/block/block_radix_sort.cuh>
 #include <cstdint>
+#include <cub/block/block_radix_sort.cuh>
 
 #include "kernels/detail/mma.cuh"
 #include "kernels/topk.h"
@@ -48,11 +48,11 @@ struct SelectArgs {
 __device__ __forceinline__ uint64_t LoadSelectKey(const TopKSource& s,
                                                   int64_t i, int64_t local) {
   if (s.keys != nullptr) return s.keys[i];
-  const uint32_t pos =
-      s.positions != nullptr
-          ? s.positions[i * s.position_stride]
-          : s.position_base + static_cast<uint32_t>(local);
-  if (s.tombstones != nullptr && ((s.tombstones[pos >> 5] >> (pos & 31)) & 1u)) {
+  const uint32_t pos = s.positions != nullptr
+                           ? s.positions[i * s.position_stride]
+                           : s.position_base + static_cast<uint32_t>(local);
+  if (s.tombstones != nullptr &&
+      ((s.tombstones[pos >> 5] >> (pos & 31)) & 1u)) {
     return 0;
   }
   return MakeKey(s.scores[i], pos);
@@ -97,8 +97,9 @@ __global__ void __launch_bounds__(kSelectThreads)
   uint32_t local_valid = 0;
   for (int64_t i = tid; i < n; i += kSelectThreads) {
     const uint64_t key =
-        i < n_src ? LoadSelectKey(a.src, lb + i, lb + i - rb)
-                  : a.prior[static_cast<int64_t>(q) * a.prior_stride + (i - n_src)];
+        i < n_src
+            ? LoadSelectKey(a.src, lb + i, lb + i - rb)
+            : a.prior[static_cast<int64_t>(q) * a.prior_stride + (i - n_src)];
     items[i] = key;
     local_valid += key != 0;
   }
@@ -192,7 +193,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     }
     for (int i = count + tid; i < a.out_slot; i += kSelectThreads) out[i] = 0;
   } else {
-    using Sort = cub::BlockRadixSort<uint64_t, kSelectThreads, kSelectSortItems>;
+    using Sort =
+        cub::BlockRadixSort<uint64_t, kSelectThreads, kSelectSortItems>;
     // The items array is dead once `sel` is final: reuse it for CUB.
     static_assert(sizeof(typename Sort::TempStorage) <=
                   kSelectItems * sizeof(uint64_t));

@@ -68,8 +68,8 @@ class E2eTest : public ::testing::Test {
       const std::string metrics =
           absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_);
       execl(MAXSIMD_SERVER_BIN, MAXSIMD_SERVER_BIN, listen.c_str(),
-            metrics.c_str(), "--cpu", "--log_level=warn",
-            "--drain_timeout=20s", static_cast<char*>(nullptr));
+            metrics.c_str(), "--cpu", "--log_level=warn", "--drain_timeout=20s",
+            static_cast<char*>(nullptr));
       _exit(127);
     }
     ClientOptions o;
@@ -94,7 +94,8 @@ class E2eTest : public ::testing::Test {
   }
 
   std::string Ctl(const std::string& args) {
-    return absl::StrCat(MAXSIMCTL_BIN, " --target=127.0.0.1:", port_, " ", args);
+    return absl::StrCat(MAXSIMCTL_BIN, " --target=127.0.0.1:", port_, " ",
+                        args);
   }
 
   // Sends SIGTERM and returns the exit status once the process is gone.
@@ -116,8 +117,8 @@ class E2eTest : public ::testing::Test {
 
 // The reference ranking of `query` over the generated files, minus deleted.
 std::vector<std::pair<std::string, float>> Reference(
-    const std::filesystem::path& dir, const std::vector<float>& query,
-    int dim, int top_k, const std::vector<std::string>& candidates,
+    const std::filesystem::path& dir, const std::vector<float>& query, int dim,
+    int top_k, const std::vector<std::string>& candidates,
     const std::set<std::string>& deleted) {
   NpyArray tokens = ReadNpy(dir / "tokens.npy").value();
   std::vector<int64_t> cu =
@@ -139,19 +140,21 @@ std::vector<std::pair<std::string, float>> Reference(
                                          ids[d]) == candidates.end()) {
       continue;
     }
-    all.emplace_back(ids[d], static_cast<float>(ReferenceScore(
-                                 query.data(),
-                                 static_cast<int64_t>(query.size()) / dim, seg,
-                                 d)));
+    all.emplace_back(
+        ids[d],
+        static_cast<float>(ReferenceScore(
+            query.data(), static_cast<int64_t>(query.size()) / dim, seg, d)));
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.second > b.second;
+  });
   if (static_cast<int>(all.size()) > top_k) all.resize(top_k);
   return all;
 }
 
 // (id, score) pairs from maxsimctl's --json query output.
-std::vector<std::pair<std::string, float>> ParseResults(const std::string& json) {
+std::vector<std::pair<std::string, float>> ParseResults(
+    const std::string& json) {
   static const std::regex kResult(
       R"re(\{"rank":\d+,"id":"([^"]*)","score":([-0-9.eE+]+)\})re");
   std::vector<std::pair<std::string, float>> out;
@@ -177,9 +180,10 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   auto [rc, out] = RunCommand(Ctl("health"));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "SERVING\n");
-  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
-      "generate --out ", d, " --docs 400 --dim 64 --min-tokens 4 "
-      "--max-tokens 60 --queries 2 --query-tokens 16 --seed 5")));
+  std::tie(rc, out) = RunCommand(Ctl(
+      absl::StrCat("generate --out ", d,
+                   " --docs 400 --dim 64 --min-tokens 4 "
+                   "--max-tokens 60 --queries 2 --query-tokens 16 --seed 5")));
   ASSERT_EQ(rc, 0) << out;
   ASSERT_EQ(RunCommand(Ctl("create --name e2e --dim 64")).first, 0);
   std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
@@ -201,30 +205,29 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   std::set<std::string> deleted;
 
   // Scan.
-  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("--json query --corpus e2e --query ",
-                                           d, "/query_0.npy --top-k 15")));
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "--json query --corpus e2e --query ", d, "/query_0.npy --top-k 15")));
   ASSERT_EQ(rc, 0) << out;
   auto scan = ParseResults(out);
   ExpectSame(scan, Reference(dir_, query, 64, 15, {}, deleted));
   ASSERT_FALSE(scan.empty());
   EXPECT_EQ(scan[0].first, source);
   // Rerank.
-  const std::string rerank_cmd =
-      Ctl(absl::StrCat("--json query --corpus e2e --query ", d,
-                       "/query_0.npy --top-k 10 --candidates-file ", d,
-                       "/candidates_0.txt"));
+  const std::string rerank_cmd = Ctl(absl::StrCat(
+      "--json query --corpus e2e --query ", d,
+      "/query_0.npy --top-k 10 --candidates-file ", d, "/candidates_0.txt"));
   std::tie(rc, out) = RunCommand(rerank_cmd);
   ASSERT_EQ(rc, 0) << out;
   ExpectSame(ParseResults(out),
              Reference(dir_, query, 64, 10, candidates, deleted));
   // Delete the top two of the scan (not candidates of the rerank) and scan
   // again.
-  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("delete --corpus e2e --ids ",
-                                           scan[0].first, ",", scan[1].first)));
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "delete --corpus e2e --ids ", scan[0].first, ",", scan[1].first)));
   ASSERT_EQ(rc, 0) << out;
   deleted = {scan[0].first, scan[1].first};
-  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat("--json query --corpus e2e --query ",
-                                           d, "/query_0.npy --top-k 15")));
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "--json query --corpus e2e --query ", d, "/query_0.npy --top-k 15")));
   ASSERT_EQ(rc, 0) << out;
   ExpectSame(ParseResults(out), Reference(dir_, query, 64, 15, {}, deleted));
   // A deleted candidate is now an unknown id: exit 1 with NOT_FOUND.

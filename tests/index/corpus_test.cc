@@ -34,10 +34,12 @@ class CorpusTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) {
       ids.push_back(prefix + std::to_string(i));
       counts.push_back(len);
-      for (int t = 0; t < len * config_.dim; ++t) tokens.push_back(0.25f * (i + t % 3));
+      for (int t = 0; t < len * config_.dim; ++t)
+        tokens.push_back(0.25f * (i + t % 3));
     }
-    EXPECT_THAT(b.Add(ids, counts, tokens.data(), n * len, DType::kFloat32, "m"),
-                IsOk());
+    EXPECT_THAT(
+        b.Add(ids, counts, tokens.data(), n * len, DType::kFloat32, "m"),
+        IsOk());
     return b.Take();
   }
 
@@ -130,8 +132,9 @@ TEST_F(CorpusTest, BuilderRejectsBadInputAndStaysUnchanged) {
   EXPECT_THAT(b.Add({"x"}, {0}, four.data(), 0, DType::kFloat32, "m0"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("token_counts[0] is 0")));
-  EXPECT_THAT(b.Add({""}, {1}, four.data(), 1, DType::kFloat32, "m0"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ids[0]")));
+  EXPECT_THAT(
+      b.Add({""}, {1}, four.data(), 1, DType::kFloat32, "m0"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ids[0]")));
   std::vector<float> nan = four;
   nan[2] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THAT(b.Add({"x"}, {1}, nan.data(), 1, DType::kFloat32, "m0"),
@@ -139,17 +142,19 @@ TEST_F(CorpusTest, BuilderRejectsBadInputAndStaysUnchanged) {
                        HasSubstr("row 0 column 2")));
   std::vector<float> inf = four;
   inf[0] = std::numeric_limits<float>::infinity();
-  EXPECT_THAT(b.Add({"x"}, {1}, inf.data(), 1, DType::kFloat32, "m0"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("finite")));
+  EXPECT_THAT(
+      b.Add({"x"}, {1}, inf.data(), 1, DType::kFloat32, "m0"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("finite")));
   std::vector<float> big = four;
   big[1] = 1e6f;  // beyond fp16
-  EXPECT_THAT(b.Add({"x"}, {1}, big.data(), 1, DType::kFloat32, "m0"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("float16")));
+  EXPECT_THAT(
+      b.Add({"x"}, {1}, big.data(), 1, DType::kFloat32, "m0"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("float16")));
   EXPECT_EQ(b.num_docs(), 0);
   ASSERT_THAT(b.Add({"x"}, {1}, four.data(), 1, DType::kFloat32, "m1"), IsOk());
-  EXPECT_THAT(b.Add({"x"}, {1}, four.data(), 1, DType::kFloat32, "m2"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("appears twice")));
+  EXPECT_THAT(
+      b.Add({"x"}, {1}, four.data(), 1, DType::kFloat32, "m2"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("appears twice")));
   EXPECT_EQ(b.num_docs(), 1);
   EXPECT_EQ(b.num_tokens(), 1);
 }
@@ -177,8 +182,9 @@ TEST(CorpusConfigTest, ValidatesNameDimLayoutAndDtype) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
   c.name = "x";
   c.dim = 0;
-  EXPECT_THAT(ValidateCorpusConfig(c, limits),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim is 0")));
+  EXPECT_THAT(
+      ValidateCorpusConfig(c, limits),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim is 0")));
   c.dim = limits.max_dim + 1;
   EXPECT_THAT(ValidateCorpusConfig(c, limits),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim")));
@@ -188,9 +194,9 @@ TEST(CorpusConfigTest, ValidatesNameDimLayoutAndDtype) {
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("layout")));
   c.layout = Layout::kDense;
   c.storage_dtype = DType::kFloat32;
-  EXPECT_THAT(ValidateCorpusConfig(c, limits),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("storage_dtype")));
+  EXPECT_THAT(
+      ValidateCorpusConfig(c, limits),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("storage_dtype")));
 }
 
 TEST(CorpusRegistryTest, CreateGetDropList) {

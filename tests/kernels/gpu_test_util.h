@@ -20,11 +20,11 @@
 
 namespace maxsimd::testing {
 
-#define MAXSIMD_SKIP_WITHOUT_GPU()                              \
-  do {                                                          \
-    if (::maxsimd::GpuBackend::DeviceCount() == 0) {            \
-      GTEST_SKIP() << "no CUDA device on this machine";         \
-    }                                                           \
+#define MAXSIMD_SKIP_WITHOUT_GPU()                      \
+  do {                                                  \
+    if (::maxsimd::GpuBackend::DeviceCount() == 0) {    \
+      GTEST_SKIP() << "no CUDA device on this machine"; \
+    }                                                   \
   } while (0)
 
 // Limits small enough that Create() is quick, large enough for every test.
@@ -65,10 +65,10 @@ inline DeviceSegment Upload(Backend& backend, const HostSegment& s) {
   res.cu_seqlens = static_cast<const int64_t*>(d.cu_seqlens->data());
   res.tombstones = nullptr;
   if (!s.tombstones.empty()) {
-    d.tombstones = backend
-                       .Upload(s.tombstones.data(),
-                               s.tombstones.size() * sizeof(uint32_t))
-                       .value();
+    d.tombstones =
+        backend
+            .Upload(s.tombstones.data(), s.tombstones.size() * sizeof(uint32_t))
+            .value();
     res.tombstones = static_cast<const uint32_t*>(d.tombstones->data());
   }
   d.ref = {host, res};

@@ -38,8 +38,8 @@ TEST(HalfTest, BFloat16RoundTrips) {
     EXPECT_EQ(FloatToBFloat16(f), b);
   }
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie
-  EXPECT_TRUE(std::isnan(
-      BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(
+      FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ TEST(CpuBackendTest, KEqualsOneAndKAboveDocumentCount) {
   batch.AddQuery(RandomQuery(rng, 8, 32), 4096);  // k > n
   std::vector<std::vector<ScoredDoc>> got(3);
   auto backend = MakeBackend();
-  MAXSIMD_ASSERT_OK(backend->Search(batch.Params(), absl::MakeSpan(got), nullptr));
+  MAXSIMD_ASSERT_OK(
+      backend->Search(batch.Params(), absl::MakeSpan(got), nullptr));
   EXPECT_EQ(got[0].size(), 1u);
   EXPECT_EQ(got[1].size(), 50u);
   EXPECT_EQ(got[2].size(), 50u);

@@ -27,8 +27,8 @@ Backend& Shared() {
 }
 
 // Distinct candidates drawn from both segments, plus a deleted one.
-void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a,
-                   int64_t n_b, int count) {
+void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a, int64_t n_b,
+                   int count) {
   std::vector<DocRef> all;
   for (int64_t d = 0; d < n_a; ++d) all.push_back({0, d});
   for (int64_t d = 0; d < n_b; ++d) all.push_back({1, d});

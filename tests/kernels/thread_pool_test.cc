@@ -28,9 +28,8 @@ TEST(ThreadPoolTest, ConcurrentCallersTakeTurns) {
   for (int c = 0; c < 4; ++c) {
     callers.emplace_back([&] {
       for (int r = 0; r < 50; ++r) {
-        pool.ParallelFor(100, 7, [&](int, int64_t b, int64_t e) {
-          total.fetch_add(e - b);
-        });
+        pool.ParallelFor(
+            100, 7, [&](int, int64_t b, int64_t e) { total.fetch_add(e - b); });
       }
     });
   }

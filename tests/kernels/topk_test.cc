@@ -61,7 +61,8 @@ TEST(GpuTopKTest, MultiRoundSelectionAndChunkedScan) {
   for (int64_t d = 0; d < 40000; d += 7) seg.Delete(d);
   auto options = ::maxsimd::testing::TestOptions();
   for (int64_t chunk_entries : {int64_t{1} << 22, int64_t{9000}}) {
-    SCOPED_TRACE(::testing::Message() << "scan_chunk_entries " << chunk_entries);
+    SCOPED_TRACE(::testing::Message()
+                 << "scan_chunk_entries " << chunk_entries);
     options.scan_chunk_entries = chunk_entries;
     auto backend = MakeGpuBackend(options);
     ASSERT_NE(backend, nullptr);

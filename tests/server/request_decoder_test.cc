@@ -26,9 +26,9 @@ class RequestDecoderTest : public ::testing::Test {
     corpus_ = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
     DocumentBuilder b(c, CorpusLimits{});
     const std::vector<float> t(3 * 4, 0.5f);
-    EXPECT_THAT(b.Add({"d0", "d1", "d2"}, {1, 1, 1}, t.data(), 3,
-                      DType::kFloat32, "m"),
-                IsOk());
+    EXPECT_THAT(
+        b.Add({"d0", "d1", "d2"}, {1, 1, 1}, t.data(), 3, DType::kFloat32, "m"),
+        IsOk());
     EXPECT_THAT(corpus_->Append(b.Take()), IsOk());
     limits_.max_query_tokens = 8;
     limits_.max_candidates = 3;
@@ -76,9 +76,8 @@ TEST_F(RequestDecoderTest, AcceptsAValidScanAndRerank) {
 }
 
 TEST_F(RequestDecoderTest, AcceptsFloat16AndBFloat16) {
-  for (auto [wire, enc] :
-       {std::pair{v1::DTYPE_FLOAT16, &FloatToHalf},
-        std::pair{v1::DTYPE_BFLOAT16, &FloatToBFloat16}}) {
+  for (auto [wire, enc] : {std::pair{v1::DTYPE_FLOAT16, &FloatToHalf},
+                           std::pair{v1::DTYPE_BFLOAT16, &FloatToBFloat16}}) {
     v1::RerankRequest r = Request(1);
     r.mutable_query()->set_dtype(wire);
     std::vector<uint16_t> v(4, enc(1.5f));
@@ -119,8 +118,8 @@ TEST_F(RequestDecoderTest, EmptyQuery) {
                        HasSubstr("query.shape[0] is 0; must be in [1, 8]")));
   v1::RerankRequest r = Request();
   r.clear_query();
-  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
-                                  HasSubstr("query")));
+  EXPECT_THAT(Decode(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("query")));
 }
 
 TEST_F(RequestDecoderTest, NanAndInfValues) {
@@ -144,8 +143,9 @@ TEST_F(RequestDecoderTest, QueryTokensOverTheLimit) {
 TEST_F(RequestDecoderTest, TopKOutOfRange) {
   v1::RerankRequest r = Request();
   r.set_top_k(101);
-  EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
-                                  HasSubstr("top_k is 101; must be in [1, 100]")));
+  EXPECT_THAT(Decode(r),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("top_k is 101; must be in [1, 100]")));
   r.set_top_k(-1);
   EXPECT_THAT(Decode(r), StatusIs(absl::StatusCode::kInvalidArgument,
                                   HasSubstr("top_k is -1")));

@@ -55,9 +55,9 @@ class SchedulerTest : public ::testing::Test {
     corpus_ = Corpus::Create(c, CorpusLimits{}, &backend_).value();
     DocumentBuilder b(c, CorpusLimits{});
     const std::vector<float> t{1, 0, 0, 1, 1, 1};
-    EXPECT_THAT(b.Add({"x", "y", "z"}, {1, 1, 1}, t.data(), 3, DType::kFloat32,
-                      "m"),
-                IsOk());
+    EXPECT_THAT(
+        b.Add({"x", "y", "z"}, {1, 1, 1}, t.data(), 3, DType::kFloat32, "m"),
+        IsOk());
     EXPECT_THAT(corpus_->Append(b.Take()), IsOk());
   }
 

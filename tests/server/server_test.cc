@@ -67,8 +67,8 @@ class ServerTest : public ::testing::Test {
       const int64_t stop = std::min(end, d + per_message);
       for (int64_t i = d; i < stop; ++i) {
         m.add_ids(synth.ids[i]);
-        m.add_token_counts(
-            static_cast<int32_t>(synth.cu_seqlens[i + 1] - synth.cu_seqlens[i]));
+        m.add_token_counts(static_cast<int32_t>(synth.cu_seqlens[i + 1] -
+                                                synth.cu_seqlens[i]));
       }
       const int64_t r0 = synth.cu_seqlens[d], r1 = synth.cu_seqlens[stop];
       m.mutable_tokens()->set_dtype(v1::DTYPE_FLOAT32);
@@ -362,7 +362,8 @@ TEST_F(ServerTest, BadInputsGetTheirCodesAndTheServerKeepsServing) {
   // Bad dim in a create.
   EXPECT_EQ(CreateCorpus("bad", 0).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(CreateCorpus("c", 8).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(CreateCorpus("c", 8).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
   grpc::ClientContext ctx;
   v1::GetCorpusRequest get;
   get.set_name("c");

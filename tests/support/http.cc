@@ -37,8 +37,10 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   char buf[8192];
   for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) resp.append(buf, n);
   close(fd);
-  if (resp.rfind("HTTP/1.", 0) != 0 || resp.find(" 200 ") == std::string::npos) {
-    return absl::UnavailableError(absl::StrCat("bad answer: ", resp.substr(0, 80)));
+  if (resp.rfind("HTTP/1.", 0) != 0 ||
+      resp.find(" 200 ") == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat("bad answer: ", resp.substr(0, 80)));
   }
   const size_t body = resp.find("\r\n\r\n");
   if (body == std::string::npos) return absl::DataLossError("no header end");

@@ -14,8 +14,9 @@ namespace maxsimd::testing {
 
 SegmentView HostSegment::View() const {
   SegmentView v;
-  v.tokens = dtype == DType::kFloat32 ? static_cast<const void*>(tokens32.data())
-                                      : static_cast<const void*>(tokens16.data());
+  v.tokens = dtype == DType::kFloat32
+                 ? static_cast<const void*>(tokens32.data())
+                 : static_cast<const void*>(tokens16.data());
   v.cu_seqlens = cu_seqlens.data();
   v.tombstones = tombstones.empty() ? nullptr : tombstones.data();
   v.num_docs = num_docs();
@@ -71,7 +72,8 @@ uint64_t TestSeed() {
     seed = static_cast<uint64_t>(
         std::chrono::steady_clock::now().time_since_epoch().count());
   }
-  std::printf("MAXSIMD_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  std::printf("MAXSIMD_TEST_SEED=%llu\n",
+              static_cast<unsigned long long>(seed));
   return seed;
 }
 
@@ -89,10 +91,9 @@ std::string CompareRanking(const std::vector<ScoredDoc>& actual,
   std::set<int64_t> seen;
   for (size_t i = 0; i < actual.size(); ++i) {
     if (!close(actual[i].score, expected[i].score)) {
-      return absl::StrCat("rank ", i, ": score ", actual[i].score,
-                          " (index ", actual[i].index, ") != expected ",
-                          expected[i].score, " (index ", expected[i].index,
-                          ")");
+      return absl::StrCat("rank ", i, ": score ", actual[i].score, " (index ",
+                          actual[i].index, ") != expected ", expected[i].score,
+                          " (index ", expected[i].index, ")");
     }
     if (!seen.insert(actual[i].index).second) {
       return absl::StrCat("rank ", i, ": index ", actual[i].index,

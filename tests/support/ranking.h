@@ -22,7 +22,9 @@ struct HostSegment {
   DType dtype = DType::kFloat16;
   int64_t base_index = 0;
 
-  int64_t num_docs() const { return static_cast<int64_t>(cu_seqlens.size()) - 1; }
+  int64_t num_docs() const {
+    return static_cast<int64_t>(cu_seqlens.size()) - 1;
+  }
   // A host view of this segment (valid while the segment lives unchanged).
   SegmentView View() const;
   void Delete(int64_t doc);

@@ -36,16 +36,13 @@ MATCHER_P2(StatusIs, code, message_matcher,
   const absl::Status& s = GetStatus(arg);
   *result_listener << "status is " << s;
   return s.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher,
-                                       std::string(s.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(
+             message_matcher, std::string(s.message()), result_listener);
 }
 
 }  // namespace maxsimd::testing
 
-#define MAXSIMD_ASSERT_OK(expr) \
-  ASSERT_THAT((expr), ::maxsimd::testing::IsOk())
-#define MAXSIMD_EXPECT_OK(expr) \
-  EXPECT_THAT((expr), ::maxsimd::testing::IsOk())
+#define MAXSIMD_ASSERT_OK(expr) ASSERT_THAT((expr), ::maxsimd::testing::IsOk())
+#define MAXSIMD_EXPECT_OK(expr) EXPECT_THAT((expr), ::maxsimd::testing::IsOk())
 
 #endif  // MAXSIMD_TESTS_SUPPORT_STATUS_MATCHERS_H_
