@@ -31,6 +31,9 @@ for bin in "$@"; do
     exit 1
   fi
   cp -f "$bin" "$out_dir/bin/"
+  # Debug info is most of a RelWithDebInfo binary's size and is not needed
+  # to run it; the build tree keeps the unstripped copy.
+  strip --strip-debug "$out_dir/bin/$(basename "$bin")"
   # ldd prints "name => /path (addr)" for resolved libraries.
   while read -r name arrow path _; do
     [[ "$arrow" == "=>" && -f "$path" ]] || continue
