@@ -14,42 +14,12 @@
 namespace maxsimd {
 namespace {
 
+using ::maxsimd::testing::Batch;
 using ::maxsimd::testing::CompareRanking;
 using ::maxsimd::testing::HostSegment;
 using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
 using ::maxsimd::testing::StatusIs;
-
-// A batch over host segments, owning its query storage.
-struct Batch {
-  std::vector<float> tokens;
-  std::vector<int64_t> offsets{0};
-  std::vector<int32_t> top_k;
-  std::vector<SegmentRef> refs;
-  std::vector<int64_t> cand_offsets;
-  std::vector<DocRef> candidates;
-  int32_t dim = 0;
-
-  void AddQuery(const std::vector<float>& q, int32_t k) {
-    tokens.insert(tokens.end(), q.begin(), q.end());
-    offsets.push_back(offsets.back() + static_cast<int64_t>(q.size()) / dim);
-    top_k.push_back(k);
-  }
-  SearchParams Params() const {
-    SearchParams p;
-    p.query_tokens = tokens.data();
-    p.query_offsets = offsets.data();
-    p.num_queries = static_cast<int32_t>(top_k.size());
-    p.dim = dim;
-    p.segments = refs;
-    p.top_k = top_k.data();
-    if (!cand_offsets.empty()) {
-      p.candidate_offsets = cand_offsets.data();
-      p.candidates = candidates.data();
-    }
-    return p;
-  }
-};
 
 std::unique_ptr<CpuBackend> MakeBackend(int threads = 2) {
   CpuBackendOptions options;
