@@ -75,6 +75,42 @@ struct SearchParams {
   const int32_t* top_k = nullptr;  // [num_queries], each in [1, kMaxTopK]
 };
 
+// The storage behind one SearchParams: stacked fp32 query tokens, offsets,
+// top_k, segment refs and (for a rerank batch) candidate lists. Params()
+// returns views into it, valid while the batch lives unchanged. A batch is a
+// rerank batch exactly when cand_offsets is non-empty; then it holds
+// num_queries + 1 entries starting at 0.
+struct SearchBatch {
+  std::vector<float> tokens;
+  std::vector<int64_t> offsets{0};
+  std::vector<int32_t> top_k;
+  std::vector<SegmentRef> refs;
+  std::vector<int64_t> cand_offsets;
+  std::vector<DocRef> candidates;
+  int32_t dim = 0;
+
+  // Appends one query of q.size() / dim tokens.
+  void AddQuery(const std::vector<float>& q, int32_t k) {
+    tokens.insert(tokens.end(), q.begin(), q.end());
+    offsets.push_back(offsets.back() + static_cast<int64_t>(q.size()) / dim);
+    top_k.push_back(k);
+  }
+  SearchParams Params() const {
+    SearchParams p;
+    p.query_tokens = tokens.data();
+    p.query_offsets = offsets.data();
+    p.num_queries = static_cast<int32_t>(top_k.size());
+    p.dim = dim;
+    p.segments = refs;
+    p.top_k = top_k.data();
+    if (!cand_offsets.empty()) {
+      p.candidate_offsets = cand_offsets.data();
+      p.candidates = candidates.data();
+    }
+    return p;
+  }
+};
+
 // Where the time of one Search() went, in nanoseconds of wall time.
 struct SearchTiming {
   int64_t h2d_ns = 0;     // staging + host-to-device copies

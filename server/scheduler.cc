@@ -119,32 +119,22 @@ void Scheduler::RunBatch(std::vector<QueryTask> batch) {
   if (live.empty()) return;
 
   const CorpusSnapshot& snapshot = *live.front().snapshot;
-  const int32_t dim = snapshot.config().dim;
-  std::vector<float> tokens;
-  std::vector<int64_t> offsets{0};
-  std::vector<int32_t> top_k;
-  std::vector<int64_t> cand_offsets{0};
-  std::vector<DocRef> candidates;
+  SearchBatch search;
+  search.dim = snapshot.config().dim;
+  search.refs = snapshot.SegmentRefs();
+  const bool rerank = !live.front().query.scan;
+  if (rerank) search.cand_offsets = {0};
   for (const QueryTask& t : live) {
-    tokens.insert(tokens.end(), t.query.tokens.begin(), t.query.tokens.end());
-    offsets.push_back(offsets.back() + t.query.num_tokens);
-    top_k.push_back(t.query.top_k);
-    candidates.insert(candidates.end(), t.query.candidates.begin(),
-                      t.query.candidates.end());
-    cand_offsets.push_back(static_cast<int64_t>(candidates.size()));
+    search.AddQuery(t.query.tokens, t.query.top_k);
+    if (rerank) {
+      search.candidates.insert(search.candidates.end(),
+                               t.query.candidates.begin(),
+                               t.query.candidates.end());
+      search.cand_offsets.push_back(
+          static_cast<int64_t>(search.candidates.size()));
+    }
   }
-  const std::vector<SegmentRef> refs = snapshot.SegmentRefs();
-  SearchParams params;
-  params.query_tokens = tokens.data();
-  params.query_offsets = offsets.data();
-  params.num_queries = static_cast<int32_t>(live.size());
-  params.dim = dim;
-  params.segments = refs;
-  params.top_k = top_k.data();
-  if (!live.front().query.scan) {
-    params.candidate_offsets = cand_offsets.data();
-    params.candidates = candidates.data();
-  }
+  const SearchParams params = search.Params();
   std::vector<std::vector<ScoredDoc>> results(live.size());
   SearchTiming timing;
   const absl::Status status =

@@ -108,26 +108,19 @@ class ServerTest : public ::testing::Test {
     const int dim = snap->config().dim;
     std::vector<float> q(req.query().data().size() / sizeof(float));
     std::memcpy(q.data(), req.query().data().data(), req.query().data().size());
-    const auto refs = snap->SegmentRefs();
-    std::vector<int64_t> offsets{0, static_cast<int64_t>(q.size()) / dim};
-    std::vector<int32_t> top_k{req.top_k()};
-    std::vector<int64_t> cand_offsets{0};
-    std::vector<DocRef> cands;
-    for (const std::string& id : req.candidate_ids()) {
-      cands.push_back(snap->Find(id).value());
+    SearchBatch batch;
+    batch.dim = dim;
+    batch.refs = snap->SegmentRefs();
+    batch.AddQuery(q, req.top_k());
+    if (req.candidate_ids_size() > 0) {
+      batch.cand_offsets = {0};
+      for (const std::string& id : req.candidate_ids()) {
+        batch.candidates.push_back(snap->Find(id).value());
+      }
+      batch.cand_offsets.push_back(
+          static_cast<int64_t>(batch.candidates.size()));
     }
-    cand_offsets.push_back(static_cast<int64_t>(cands.size()));
-    SearchParams p;
-    p.query_tokens = q.data();
-    p.query_offsets = offsets.data();
-    p.num_queries = 1;
-    p.dim = dim;
-    p.segments = refs;
-    p.top_k = top_k.data();
-    if (!cands.empty()) {
-      p.candidate_offsets = cand_offsets.data();
-      p.candidates = cands.data();
-    }
+    const SearchParams p = batch.Params();
     std::vector<std::pair<std::string, float>> out;
     const auto ranked = ReferenceSearch(p);
     for (const ScoredDoc& d : ranked[0]) {

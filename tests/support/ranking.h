@@ -40,36 +40,8 @@ HostSegment RandomSegment(std::mt19937_64& rng, int64_t num_docs,
 // Random fp32 query tokens [lq, dim].
 std::vector<float> RandomQuery(std::mt19937_64& rng, int64_t lq, int32_t dim);
 
-// A search batch owning its query, segment and candidate storage.
-struct Batch {
-  std::vector<float> tokens;
-  std::vector<int64_t> offsets{0};
-  std::vector<int32_t> top_k;
-  std::vector<SegmentRef> refs;
-  std::vector<int64_t> cand_offsets;
-  std::vector<DocRef> candidates;
-  int32_t dim = 0;
-
-  void AddQuery(const std::vector<float>& q, int32_t k) {
-    tokens.insert(tokens.end(), q.begin(), q.end());
-    offsets.push_back(offsets.back() + static_cast<int64_t>(q.size()) / dim);
-    top_k.push_back(k);
-  }
-  SearchParams Params() const {
-    SearchParams p;
-    p.query_tokens = tokens.data();
-    p.query_offsets = offsets.data();
-    p.num_queries = static_cast<int32_t>(top_k.size());
-    p.dim = dim;
-    p.segments = refs;
-    p.top_k = top_k.data();
-    if (!cand_offsets.empty()) {
-      p.candidate_offsets = cand_offsets.data();
-      p.candidates = candidates.data();
-    }
-    return p;
-  }
-};
+// The tests build batches with the backend's own owning helper.
+using Batch = ::maxsimd::SearchBatch;
 
 // A seed from the MAXSIMD_TEST_SEED environment variable, else from the
 // clock; printed so a failure can be replayed.
