@@ -5,6 +5,7 @@
 // (max(bytes / hbm_read, flops / gemm_rate)), % of floor and the target.
 //
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME]
+//                     [--kernels tma|mma]
 //
 // Corpora are filled on the device with hashed random values (never zero)
 // and handed to the backend as views of device memory, so the 20 GB of
@@ -395,7 +396,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only;
+  std::string json_path, only, kernels = "tma";
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -405,8 +406,12 @@ int main(int argc, char** argv) {
       runs = std::max(20, std::atoi(argv[++i]));
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
+    else if (a == "--kernels" && i + 1 < argc)
+      kernels = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--runs N] [--only NAME]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--json PATH] [--runs N] [--only NAME] "
+                   "[--kernels tma|mma]\n",
                    argv[0]);
       return 1;
     }
@@ -430,6 +435,7 @@ int main(int argc, char** argv) {
 
   maxsimd::GpuBackendOptions opt;
   opt.num_workers = 1;
+  opt.use_tma = kernels != "mma";
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {

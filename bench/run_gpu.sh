@@ -53,6 +53,18 @@ run() {
     summary+="$(printf '%-20s %s' "$t" "$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/$t.log" | tr '\n' ' ')")"$'\n'
     grep -E '^\[  FAILED  \]|Failure|MAXSIMD_TEST_SEED' "$out/$t.log" | head -20 || true
   done
+  # The same scoring suites on the mma.sync kernels (the path of widths the
+  # TMA kernel does not take).
+  for t in maxsim_scan_test maxsim_gather_test; do
+    if MAXSIMD_TEST_KERNELS=mma "$bundle/bin/$t" --gtest_filter="${GTEST_FILTER:-*}" \
+      >"$out/$t.mma.log" 2>&1; then
+      :
+    else
+      failed=1
+    fi
+    summary+="$(printf '%-20s %s' "$t (mma)" "$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/$t.mma.log" | tr '\n' ' ')")"$'\n'
+    grep -E '^\[  FAILED  \]|Failure|MAXSIMD_TEST_SEED' "$out/$t.mma.log" | head -20 || true
+  done
   set +e
   "$bundle/bin/maxsim_bench" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
   local bench_rc=${PIPESTATUS[0]}

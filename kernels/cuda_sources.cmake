@@ -10,6 +10,9 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_gather.cu
   maxsim_gather_fp16.cu
   maxsim_gather_bf16.cu
+  maxsim_tma.cu
+  maxsim_tma_fp16.cu
+  maxsim_tma_bf16.cu
   topk.cu
 )
 maxsimd_set_cuda_flags(maxsimd_kernels)

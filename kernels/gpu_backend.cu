@@ -8,6 +8,11 @@
 //   gather: zero scores, one MaxSim gather launch over every (query,
 //           candidate) record, top-k select, D2H
 //
+// Two kernel families score: the Hopper TMA + wgmma kernel (maxsim_tma.h)
+// wherever it applies, with queries staged in its swizzled tile layout and a
+// tensor map per segment; the mma.sync kernels (maxsim_scan.h,
+// maxsim_gather.h) for every other width.
+//
 // Nothing here allocates on the request path; Upload() is the write path.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -26,6 +31,7 @@
 #include "kernels/gpu_backend.h"
 #include "kernels/maxsim_gather.h"
 #include "kernels/maxsim_scan.h"
+#include "kernels/maxsim_tma.h"
 #include "kernels/status_macros.h"
 #include "kernels/topk.h"
 
@@ -38,6 +44,8 @@ constexpr int32_t kGpuMaxDim = 2048;
 constexpr size_t kAlign = 256;
 // Event pairs per worker for splitting kernel time into scoring and top-k.
 constexpr int kTimingPairs = 32;
+// Segments one search may touch on the TMA path (a tensor map each).
+constexpr int64_t kMaxTmaSegments = 1024;
 
 size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -99,10 +107,11 @@ class DeviceBuffer final : public ResidentBuffer {
 // device blobs share the layout, so one H2D copy moves them all.
 struct InputLayout {
   size_t query = 0, row_query = 0, query_offsets = 0, top_k = 0;
+  size_t query_blocks = 0, query_tiles = 0, maps = 0;
   size_t rec_offsets = 0, records = 0, tiles = 0, end = 0;
 
-  static InputLayout Make(int64_t query_elems, int64_t rows, int32_t nq,
-                          int64_t records, int64_t tiles) {
+  static InputLayout Make(int64_t query_bytes, int64_t rows, int32_t nq,
+                          int64_t maps, int64_t records, int64_t tiles) {
     InputLayout l;
     size_t at = 0;
     auto take = [&at](size_t bytes) {
@@ -110,16 +119,29 @@ struct InputLayout {
       at = AlignUp(at + bytes);
       return here;
     };
-    l.query = take(query_elems * 2);
+    l.query = take(query_bytes);
     l.row_query = take(rows * sizeof(int32_t));
     l.query_offsets = take((nq + 1) * sizeof(int64_t));
     l.top_k = take(nq * sizeof(int32_t));
+    l.query_blocks = take((nq + 1) * sizeof(int32_t));
+    l.query_tiles = take((nq + 1) * sizeof(int32_t));
+    l.maps = take(maps * sizeof(TensorMapBytes));
     l.rec_offsets = take((nq + 1) * sizeof(int64_t));
     l.records = take(records * sizeof(GatherRecord));
     l.tiles = take(tiles * sizeof(GatherTile));
     l.end = at;
     return l;
   }
+};
+
+// The TMA path's host plan of one request.
+struct TmaPlan {
+  bool on = false;
+  int32_t warpgroups = 1;
+  int32_t tile_rows = 32;
+  int32_t dpad = 0;
+  std::vector<int64_t> place;  // [nq + 1]: staged row of each query's row 0
+  int64_t tiles = 0;           // staged tiles
 };
 
 int64_t MaxTiles(const BackendLimits& limits) {
@@ -173,11 +195,15 @@ class GpuBackendImpl final : public Backend {
   void ReleaseWorker(int index);
   // Marks the backend unhealthy when `st` is a device failure.
   absl::Status Sticky(absl::Status st);
+  // Decides whether the TMA kernel scores this request, and where each
+  // query's rows go in its staged tiles.
+  TmaPlan PlanTma(const SearchParams& p, bool gather) const;
   absl::Status RunSearch(Worker& w, const SearchParams& p, DType dtype,
                          absl::Span<std::vector<ScoredDoc>> results,
                          SearchTiming* timing);
 
   GpuBackendOptions options_;
+  int sm_count_ = 1;
   std::atomic<bool> healthy_{true};
   cudaStream_t upload_stream_ = nullptr;
   std::vector<Worker> workers_;
@@ -216,6 +242,13 @@ GpuBackendImpl::~GpuBackendImpl() {
 
 absl::Status GpuBackendImpl::Init() {
   MAXSIMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  MAXSIMD_CUDA_CHECK(cudaDeviceGetAttribute(
+      &sm_count_, cudaDevAttrMultiProcessorCount, options_.device));
+  int major = 0;
+  MAXSIMD_CUDA_CHECK(cudaDeviceGetAttribute(
+      &major, cudaDevAttrComputeCapabilityMajor, options_.device));
+  // The TMA kernels are built for sm_90a only.
+  if (major != 9) options_.use_tma = false;
   MAXSIMD_CUDA_CHECK(
       cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
   workers_.resize(options_.num_workers);
@@ -239,8 +272,9 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
     MAXSIMD_CUDA_CHECK(cudaEventCreate(&p[1]));
   }
   const InputLayout cap = InputLayout::Make(
-      options_.max_query_elements, lim.max_batch_query_tokens,
-      lim.max_batch_queries, lim.max_batch_candidates, MaxTiles(lim));
+      options_.max_query_elements * 2, lim.max_batch_query_tokens,
+      lim.max_batch_queries, kMaxTmaSegments, lim.max_batch_candidates,
+      MaxTiles(lim));
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
                                    w->in_bytes, cudaHostAllocDefault));
@@ -384,6 +418,43 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   return Sticky(st);
 }
 
+TmaPlan GpuBackendImpl::PlanTma(const SearchParams& p, bool gather) const {
+  TmaPlan plan;
+  if (!options_.use_tma || !TmaSupportsDim(p.dim) ||
+      static_cast<int64_t>(p.segments.size()) > kMaxTmaSegments) {
+    return plan;
+  }
+  for (const SegmentRef& seg : p.segments) {
+    if (seg.resident.num_tokens >= (int64_t{1} << 31)) return plan;
+  }
+  const int32_t nq = p.num_queries;
+  auto rows_of = [&p](int32_t q) {
+    return p.query_offsets[q + 1] - p.query_offsets[q];
+  };
+  // A scan packs the queries at 16-row boundaries (a warp's 16 rows are one
+  // query's); a gather starts each query on a tile, since a block scores one
+  // query's candidates against that query's tiles only.
+  int64_t widest = 0, packed = 0;
+  for (int32_t q = 0; q < nq; ++q) {
+    const int64_t r16 = (rows_of(q) + 15) / 16 * 16;
+    widest = std::max(widest, r16);
+    packed += r16;
+  }
+  plan.warpgroups = (gather ? widest : packed) <= 32 ? 1 : 2;
+  plan.tile_rows = TmaTileRows(plan.warpgroups);
+  plan.dpad = TmaPaddedDim(p.dim);
+  const int64_t align = gather ? plan.tile_rows : 16;
+  plan.place.assign(nq + 1, 0);
+  for (int32_t q = 0; q < nq; ++q) {
+    plan.place[q + 1] =
+        plan.place[q] + (rows_of(q) + align - 1) / align * align;
+  }
+  plan.tiles = (plan.place[nq] + plan.tile_rows - 1) / plan.tile_rows;
+  const int64_t bytes = plan.tiles * TmaTileBytes(plan.warpgroups, plan.dpad);
+  plan.on = bytes <= options_.max_query_elements * 2;
+  return plan;
+}
+
 absl::Status GpuBackendImpl::RunSearch(
     Worker& w, const SearchParams& p, DType dtype,
     absl::Span<std::vector<ScoredDoc>> results, SearchTiming* timing) {
@@ -428,26 +499,70 @@ absl::Status GpuBackendImpl::RunSearch(
   }
   // This request's layout: no larger than the capacity layout in every
   // region, and compact, so the one H2D copy moves little beyond the data.
+  const TmaPlan tma = PlanTma(p, gather);
   const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
+  // Records per gather block: the TMA kernel spreads a small rerank over
+  // every block slot of the device (one wave), a large one in blocks of up
+  // to 64 records; the mma.sync kernel takes one record per warp.
+  int64_t per_unit = kGatherRecordsPerTile;
+  if (tma.on) {
+    const int64_t slots = int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups);
+    per_unit =
+        std::clamp<int64_t>((total_candidates + slots - 1) / slots, 1, 64);
+    const int64_t cap_tiles = MaxTiles(options_.limits) - nq;
+    per_unit = std::max(per_unit, (total_candidates + cap_tiles - 1) /
+                                      std::max<int64_t>(cap_tiles, 1));
+  }
+  const int64_t query_bytes =
+      tma.on ? tma.tiles * TmaTileBytes(tma.warpgroups, tma.dpad)
+             : rows * dpad * 2;
   const InputLayout cap = InputLayout::Make(
-      rows * dpad, rows, nq, total_candidates,
-      gather ? total_candidates / kGatherRecordsPerTile + nq : 0);
+      query_bytes, rows, nq,
+      tma.on ? static_cast<int64_t>(p.segments.size()) : 0, total_candidates,
+      gather ? total_candidates / per_unit + nq : 0);
   char* in = w.pinned_in;
 
-  // ---- Stage queries: fp32 -> dtype, rows padded to dpad with zeros.
+  // ---- Stage queries: fp32 -> dtype; row-major rows padded to dpad with
+  // zeros for the mma.sync kernels, swizzled tiles for the TMA kernel.
   {
     NvtxRange r("maxsimd.stage");
-    uint16_t* qdst = reinterpret_cast<uint16_t*>(in + cap.query);
-    for (int64_t row = 0; row < rows; ++row) {
-      ConvertFromFloat(p.query_tokens + row * dim, dim, dtype,
-                       qdst + row * dpad);
-      std::memset(qdst + row * dpad + dim, 0, (dpad - dim) * 2);
-    }
-    int32_t* row_query = reinterpret_cast<int32_t*>(in + cap.row_query);
-    for (int32_t q = 0; q < nq; ++q) {
-      for (int64_t row = p.query_offsets[q]; row < p.query_offsets[q + 1];
-           ++row) {
-        row_query[row] = q;
+    if (tma.on) {
+      std::memset(in + cap.query, 0, query_bytes);
+      std::vector<uint16_t> row_buf(dim);
+      int32_t* blocks = reinterpret_cast<int32_t*>(in + cap.query_blocks);
+      int32_t* qtiles = reinterpret_cast<int32_t*>(in + cap.query_tiles);
+      for (int32_t q = 0; q <= nq; ++q) {
+        blocks[q] = static_cast<int32_t>(tma.place[q] / 16);
+        qtiles[q] = static_cast<int32_t>(tma.place[q] / tma.tile_rows);
+        if (q == nq) break;
+        for (int64_t i = 0; i < p.query_offsets[q + 1] - p.query_offsets[q];
+             ++i) {
+          ConvertFromFloat(p.query_tokens + (p.query_offsets[q] + i) * dim, dim,
+                           dtype, row_buf.data());
+          StageTmaQueryRow(row_buf.data(), dim, tma.dpad, tma.place[q] + i,
+                           tma.tile_rows,
+                           reinterpret_cast<uint8_t*>(in + cap.query));
+        }
+      }
+      TensorMapBytes* maps = reinterpret_cast<TensorMapBytes*>(in + cap.maps);
+      for (size_t s = 0; s < p.segments.size(); ++s) {
+        const SegmentView& v = p.segments[s].resident;
+        MAXSIMD_RETURN_IF_ERROR(
+            EncodeTokenMap(dtype, v.tokens, v.num_tokens, dim, &maps[s]));
+      }
+    } else {
+      uint16_t* qdst = reinterpret_cast<uint16_t*>(in + cap.query);
+      for (int64_t row = 0; row < rows; ++row) {
+        ConvertFromFloat(p.query_tokens + row * dim, dim, dtype,
+                         qdst + row * dpad);
+        std::memset(qdst + row * dpad + dim, 0, (dpad - dim) * 2);
+      }
+      int32_t* row_query = reinterpret_cast<int32_t*>(in + cap.row_query);
+      for (int32_t q = 0; q < nq; ++q) {
+        for (int64_t row = p.query_offsets[q]; row < p.query_offsets[q + 1];
+             ++row) {
+          row_query[row] = q;
+        }
       }
     }
     std::memcpy(in + cap.query_offsets, p.query_offsets,
@@ -456,6 +571,7 @@ absl::Status GpuBackendImpl::RunSearch(
     if (gather) {
       int64_t* rec_offsets = reinterpret_cast<int64_t*>(in + cap.rec_offsets);
       GatherRecord* recs = reinterpret_cast<GatherRecord*>(in + cap.records);
+      TmaRecord* tma_recs = reinterpret_cast<TmaRecord*>(in + cap.records);
       GatherTile* tiles = reinterpret_cast<GatherTile*>(in + cap.tiles);
       rec_offsets[0] = 0;
       for (int32_t q = 0; q < nq; ++q) {
@@ -466,26 +582,38 @@ absl::Status GpuBackendImpl::RunSearch(
           const int64_t doc = p.candidates[c].doc;
           if (IsTombstoned(seg.host.tombstones, doc)) continue;
           const int64_t t0 = seg.host.cu_seqlens[doc];
-          GatherRecord& rec = recs[num_records++];
-          rec.tokens = static_cast<const char*>(seg.resident.tokens) +
-                       t0 * dim * int64_t{2};
-          rec.len = static_cast<int32_t>(seg.host.cu_seqlens[doc + 1] - t0);
-          rec.position =
+          const int32_t len =
+              static_cast<int32_t>(seg.host.cu_seqlens[doc + 1] - t0);
+          const uint32_t position =
               static_cast<uint32_t>(seg.host.base_index + doc - query_base[q]);
+          if (tma.on) {
+            TmaRecord& rec = tma_recs[num_records++];
+            rec.row = static_cast<int32_t>(t0);
+            rec.len = len;
+            rec.slot = static_cast<int32_t>(p.candidates[c].segment);
+            rec.position = position;
+          } else {
+            GatherRecord& rec = recs[num_records++];
+            rec.tokens = static_cast<const char*>(seg.resident.tokens) +
+                         t0 * dim * int64_t{2};
+            rec.len = len;
+            rec.position = position;
+          }
         }
         rec_offsets[q + 1] = num_records;
-        for (int64_t b = first; b < num_records; b += kGatherRecordsPerTile) {
+        for (int64_t b = first; b < num_records; b += per_unit) {
           GatherTile& t = tiles[num_tiles++];
           t.query = q;
           t.rec_begin = b;
-          t.rec_end = std::min<int64_t>(b + kGatherRecordsPerTile, num_records);
+          t.rec_end = std::min<int64_t>(b + per_unit, num_records);
         }
       }
     }
   }
   // One copy up to the last used byte; the only gaps are alignment and the
   // records of deleted candidates.
-  size_t used = cap.top_k + nq * sizeof(int32_t);
+  size_t used = tma.on ? cap.maps + p.segments.size() * sizeof(TensorMapBytes)
+                       : cap.top_k + nq * sizeof(int32_t);
   if (gather) {
     used = num_tiles > 0 ? cap.tiles + num_tiles * sizeof(GatherTile)
                          : cap.rec_offsets + (nq + 1) * sizeof(int64_t);
@@ -504,6 +632,40 @@ absl::Status GpuBackendImpl::RunSearch(
       reinterpret_cast<const int64_t*>(w.dev_in + cap.query_offsets);
   const int32_t* dev_topk =
       reinterpret_cast<const int32_t*>(w.dev_in + cap.top_k);
+  // The TMA launches of one scoring pass, one per group of query tiles
+  // (a block keeps running maxima for at most TmaMaxTiles() tiles).
+  auto launch_tma = [&](TmaLaunchParams t) -> absl::Status {
+    t.dtype = dtype;
+    t.dim = dim;
+    t.dpad = tma.dpad;
+    t.warpgroups = tma.warpgroups;
+    t.q_tiles = dev_query;
+    t.query_blocks =
+        reinterpret_cast<const int32_t*>(w.dev_in + cap.query_blocks);
+    t.query_tiles =
+        reinterpret_cast<const int32_t*>(w.dev_in + cap.query_tiles);
+    t.maps = reinterpret_cast<const TensorMapBytes*>(w.dev_in + cap.maps);
+    const int64_t group = TmaMaxTiles(tma.warpgroups);
+    const int64_t blocks_per_tile = tma.tile_rows / 16;
+    for (int64_t g0 = 0; g0 < tma.tiles; g0 += group) {
+      t.tile_begin = static_cast<int32_t>(g0);
+      t.num_tiles = static_cast<int32_t>(std::min(group, tma.tiles - g0));
+      // Scan: the queries with rows in these tiles.
+      const int64_t row0 = g0 * tma.tile_rows;
+      const int64_t row1 = row0 + t.num_tiles * blocks_per_tile * 16;
+      t.q_begin = nq;
+      t.q_end = 0;
+      for (int32_t q = 0; q < nq; ++q) {
+        if (tma.place[q] < row1 && tma.place[q + 1] > row0) {
+          t.q_begin = std::min(t.q_begin, q);
+          t.q_end = q + 1;
+        }
+      }
+      if (t.q_end <= t.q_begin) continue;
+      MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimTma(t, stream));
+    }
+    return absl::OkStatus();
+  };
 
   int pairs_used = 0;
   auto timed = [&](auto&& fn) -> absl::Status {
@@ -573,18 +735,28 @@ absl::Status GpuBackendImpl::RunSearch(
         MAXSIMD_CUDA_CHECK(
             cudaMemsetAsync(w.scores, 0, num_records * sizeof(float), stream));
       }
-      GatherLaunchParams g;
-      g.dtype = dtype;
-      g.dim = dim;
-      g.dpad = dpad;
-      g.query = dev_query;
-      g.query_offsets = dev_qoff;
-      g.records = reinterpret_cast<const GatherRecord*>(w.dev_in + cap.records);
-      g.tiles = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
-      g.num_tiles = num_tiles;
-      g.scores = w.scores;
-      g.row_tiles = ChooseRowTiles(rows, dpad);
-      MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimGather(g, stream));
+      if (tma.on) {
+        TmaLaunchParams t;
+        t.records = reinterpret_cast<const TmaRecord*>(w.dev_in + cap.records);
+        t.units = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
+        t.num_units = num_tiles;
+        t.scores = w.scores;
+        MAXSIMD_RETURN_IF_ERROR(launch_tma(t));
+      } else {
+        GatherLaunchParams g;
+        g.dtype = dtype;
+        g.dim = dim;
+        g.dpad = dpad;
+        g.query = dev_query;
+        g.query_offsets = dev_qoff;
+        g.records =
+            reinterpret_cast<const GatherRecord*>(w.dev_in + cap.records);
+        g.tiles = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
+        g.num_tiles = num_tiles;
+        g.scores = w.scores;
+        g.row_tiles = ChooseRowTiles(rows, dpad);
+        MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimGather(g, stream));
+      }
       const int64_t* rec_offsets = reinterpret_cast<const int64_t*>(
           in + cap.rec_offsets);  // host copy, for the longest row
       int64_t max_row = 0;
@@ -619,23 +791,41 @@ absl::Status GpuBackendImpl::RunSearch(
               w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
               stream));
         }
-        ScanLaunchParams sp;
-        sp.dtype = dtype;
-        sp.dim = dim;
-        sp.dpad = dpad;
-        sp.query = dev_query;
-        sp.row_query = dev_row_query;
-        sp.query_offsets = dev_qoff;
-        sp.rows_total = rows;
-        sp.tokens = v.tokens;
-        sp.cu_seqlens = v.cu_seqlens;
-        sp.tombstones = v.tombstones;
-        sp.doc_begin = c0;
-        sp.num_docs = clen;
-        sp.scores = w.scores;
-        sp.score_stride = clen;
-        sp.row_tiles = ChooseRowTiles(rows, dpad);
-        MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimScan(sp, stream));
+        if (tma.on) {
+          TmaLaunchParams t;
+          t.map_slot = static_cast<int32_t>(s);
+          t.cu_seqlens = v.cu_seqlens;
+          t.tombstones = v.tombstones;
+          t.doc_begin = c0;
+          t.num_docs = clen;
+          // About eight waves of blocks: even finishing times on ragged
+          // documents, and few enough blocks that each one's pipeline fill
+          // is amortised.
+          const int64_t slots =
+              int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups) * 8;
+          t.docs_per_unit = std::max<int64_t>(1, (clen + slots - 1) / slots);
+          t.scores = w.scores;
+          t.score_stride = clen;
+          MAXSIMD_RETURN_IF_ERROR(launch_tma(t));
+        } else {
+          ScanLaunchParams sp;
+          sp.dtype = dtype;
+          sp.dim = dim;
+          sp.dpad = dpad;
+          sp.query = dev_query;
+          sp.row_query = dev_row_query;
+          sp.query_offsets = dev_qoff;
+          sp.rows_total = rows;
+          sp.tokens = v.tokens;
+          sp.cu_seqlens = v.cu_seqlens;
+          sp.tombstones = v.tombstones;
+          sp.doc_begin = c0;
+          sp.num_docs = clen;
+          sp.scores = w.scores;
+          sp.score_stride = clen;
+          sp.row_tiles = ChooseRowTiles(rows, dpad);
+          MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimScan(sp, stream));
+        }
         TopKSource src;
         src.scores = w.scores;
         src.position_base = static_cast<uint32_t>(c0);

@@ -34,6 +34,11 @@ struct GpuBackendOptions {
   // segment in chunks of scan_chunk_entries / num_queries documents, so its
   // workspace stays bounded whatever the corpus size (4 bytes per entry).
   int64_t scan_chunk_entries = int64_t{1} << 22;
+  // Score with the Hopper TMA + wgmma kernels where they apply (widths 64 to
+  // 256 that are multiples of 8, at most kMaxTmaSegments segments, batches
+  // whose staged tiles fit the query buffer); false forces the mma.sync
+  // kernels everywhere (tests compare the two).
+  bool use_tma = true;
 };
 
 class GpuBackend {

@@ -8,7 +8,9 @@
 #ifndef MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 #define MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -28,8 +30,12 @@ namespace maxsimd::testing {
   } while (0)
 
 // Limits small enough that Create() is quick, large enough for every test.
+// MAXSIMD_TEST_KERNELS=mma runs the suites on the mma.sync kernels instead
+// of the TMA kernels (bench/run_gpu.sh runs both).
 inline GpuBackendOptions TestOptions() {
   GpuBackendOptions o;
+  const char* kernels = std::getenv("MAXSIMD_TEST_KERNELS");
+  o.use_tma = kernels == nullptr || std::string(kernels) != "mma";
   o.num_workers = 2;
   o.limits.max_batch_queries = 256;
   o.limits.max_batch_query_tokens = 1 << 16;

@@ -1,0 +1,547 @@
+// The Hopper MaxSim kernel (launcher: maxsim_tma.h).
+//
+// Tall-GEMM view: stacked query rows (M) x document tokens (N), k = the
+// embedding, with a max over each document's tokens and a sum over each
+// query's rows as the epilogue.
+//
+// Block = kWG consumer warpgroups + 1 producer warp. The producer walks the
+// block's work unit (a contiguous range of documents, or a list of candidate
+// records) and cuts the token stream into chunks of up to kN tokens: a scan
+// chunk is a contiguous token range that may hold several documents; a
+// gather chunk packs record pieces at 16-row boundaries. For every chunk it
+// writes a small header (the document segments: column range, output index,
+// starts / ends here) and has the copy engine load the chunk's rows in
+// 16-row boxes of the 128-byte swizzle layout into a ring of kStages shared
+// buffers. Query tiles (kTileRows rows) are pre-swizzled by the host and
+// arrive by plain bulk copies: loaded once when they fit the per-warpgroup
+// ring, else streamed again for every chunk.
+//
+// Consumers: warpgroup w takes tiles w, w + kWG, ... of every chunk; one
+// wgmma chain (k = kDP, N = kN) leaves the 64 x kN scores in registers; the
+// epilogue takes, per document segment, the max over its columns (quad
+// shuffles), folds in the carry of a document that began in an earlier
+// chunk (per-row running maxima in shared memory), and for a document that
+// ends in this chunk writes each warp's 16-row sum to a small table. After
+// a barrier of all consumers, the table is summed per query (fixed order:
+// deterministic) and written to the scores.
+//
+// Every document token is read from HBM once per launch; the query tiles
+// come from L2.
+#ifndef MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
+#define MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/detail/mma.cuh"
+#include "kernels/detail/tma.cuh"
+#include "kernels/detail/wgmma.cuh"
+#include "kernels/maxsim_tma.h"
+
+namespace maxsimd::detail {
+
+inline constexpr int kTmaMaxSegs = 16;  // document segments per chunk
+inline constexpr uint32_t kSegStarts = 1;
+inline constexpr uint32_t kSegEnds = 2;
+inline constexpr uint32_t kSegSkip = 4;  // deleted: scored, not written
+
+struct TmaSeg {
+  int32_t lo = 0, hi = 0;  // columns [lo, hi) of the chunk
+  uint32_t out = 0;        // document (scan) or record (gather) index
+  uint32_t flags = 0;
+};
+
+struct TmaChunkHeader {
+  int32_t nseg = 0;  // -1: the unit is done
+  int32_t unused = 0;
+  TmaSeg seg[kTmaMaxSegs];
+};
+
+template <int kDP, int kWG>
+struct TmaShape {
+  static constexpr int kHalves = kDP / 64;  // 128-byte swizzle rows per row
+  static constexpr int kTileRows = kWG == 1 ? 32 : 64;
+  // Tokens per chunk: 32 KB stages with one warpgroup, 64 KB with two
+  // (d <= 128), so that memory-bound blocks keep ~100 KB in flight per
+  // multiprocessor and compute-bound ones reload query tiles less often.
+  static constexpr int kN = kWG == 1 ? 16384 / kDP : (kDP == 256 ? 64 : 256);
+  static constexpr int kStages = kWG == 1 ? (kDP == 256 ? 2 : 3) : 2;
+  static constexpr int kHeaders = 2 * kStages;
+  static constexpr int kQStages = kWG == 1 ? 1 : 2;  // per warpgroup
+  static constexpr int kMaxTiles = kWG == 1 ? 1 : 32;
+  static constexpr int kBlocksPerTile = kTileRows / 16;
+  static constexpr int kRowBlocks = kMaxTiles * kBlocksPerTile;
+  static constexpr int kConsumers = 128 * kWG;
+  static constexpr int kThreads = kConsumers + 32;
+  static constexpr int kTileBytes = kTileRows * kDP * 2;
+  static constexpr int kHalfStageBytes = kN * 128;
+  static constexpr int kStageBytes = kN * kDP * 2;
+  static constexpr int kBoxBytes = 16 * 128;  // one 16-row x 64-column box
+  // Shared memory, from a 1024-byte aligned base. The query ring comes
+  // first: with 32-row tiles the 64-row wgmma reads 32 rows past a tile
+  // (results unused), which must stay inside the allocation.
+  static constexpr int kQOff = 0;
+  static constexpr int kDocOff = kQOff + kWG * kQStages * kTileBytes;
+  static constexpr int kHdrOff = kDocOff + kStages * kStageBytes;
+  static constexpr int kCarryOff =
+      kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
+  static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
+  static constexpr int kBarOff = kPartOff + kTmaMaxSegs * kRowBlocks * 4;
+  static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages;
+  static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
+  static_assert(kDocOff % 1024 == 0 && kStageBytes % 1024 == 0, "alignment");
+  static_assert(kBarOff % 8 == 0, "alignment");
+};
+
+// Per-lane cache of 32 consecutive int64 values of a global array, shared
+// across the warp by shuffles: the producer reads cu_seqlens with one
+// coalesced load per 32 documents instead of a dependent load per document.
+struct WarpCache64 {
+  const int64_t* base = nullptr;
+  int64_t first = -1, limit = 0;  // cached [first, first + 32) of [0, limit)
+  int64_t value = 0;
+
+  __device__ __forceinline__ int64_t Get(int64_t i) {
+    if (first < 0 || i < first || i >= first + 32) {
+      first = i;
+      const int64_t at = i + (threadIdx.x & 31);
+      value = at < limit ? base[at] : 0;
+    }
+    return __shfl_sync(0xffffffffu, value, static_cast<int>(i - first));
+  }
+};
+
+struct WarpCacheRecord {
+  const TmaRecord* base = nullptr;
+  int64_t first = -1, limit = 0;
+  TmaRecord value;
+
+  __device__ __forceinline__ TmaRecord Get(int64_t i) {
+    if (first < 0 || i < first || i >= first + 32) {
+      first = i;
+      const int64_t at = i + (threadIdx.x & 31);
+      if (at < limit) value = base[at];
+    }
+    const int src = static_cast<int>(i - first);
+    TmaRecord r;
+    r.row = __shfl_sync(0xffffffffu, value.row, src);
+    r.len = __shfl_sync(0xffffffffu, value.len, src);
+    r.slot = __shfl_sync(0xffffffffu, value.slot, src);
+    r.position = 0;
+    return r;
+  }
+};
+
+template <typename Tag, int kDP, int kWG>
+struct TmaBlock {
+  using S = TmaShape<kDP, kWG>;
+
+  const TmaLaunchParams& p;
+  uint8_t* qsm;
+  uint8_t* dsm;
+  TmaChunkHeader* hdr;
+  float* carry;
+  float* part;
+  uint64_t* full;    // [kStages] chunk landed (1 arrival + bytes)
+  uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
+  uint64_t* qfull;   // [kWG * kQStages] query tile landed
+  uint64_t* qempty;  // [kWG * kQStages] query tile consumed
+  bool gather;
+  int32_t query;   // gather: the unit's query
+  int32_t ta;      // the unit's first tile (global index)
+  int32_t ntiles;  // and how many
+  bool resident;   // query tiles loaded once, not per chunk
+
+  // ---- producer: the whole warp runs it (uniform control flow); lane 0
+  // writes the headers and issues the copies.
+
+  __device__ void Produce(int64_t unit) {
+    const int lane = threadIdx.x & 31;
+    if (resident && lane == 0) {
+      for (int i = 0; i < ntiles; ++i) {
+        LoadQueryTile(i, (i % kWG) * S::kQStages + i / kWG);
+      }
+    }
+    Cursor cur;
+    if (gather) {
+      const GatherTile u = p.units[unit];
+      cur.r = u.rec_begin;
+      cur.r1 = u.rec_end;
+      cur.recs.base = p.records;
+      cur.recs.limit = u.rec_end;
+    } else {
+      cur.j = unit * p.docs_per_unit;
+      cur.j1 = min(cur.j + p.docs_per_unit, p.num_docs);
+      cur.cu.base = p.cu_seqlens + p.doc_begin;
+      cur.cu.limit = p.num_docs + 1;
+      cur.tok = cur.cu.Get(cur.j);
+    }
+    // Chunk c + 1 is requested before chunk c's query tiles, so that with
+    // streamed tiles the next chunk's rows are in flight while this one
+    // computes.
+    bool last = IssueChunk(0, cur);
+    for (int64_t c = 0; !last; ++c) {
+      const bool next_last = IssueChunk(c + 1, cur);
+      if (!resident) IssueQueryTiles(c);
+      last = next_last;
+    }
+  }
+
+  struct Cursor {
+    WarpCache64 cu;
+    WarpCacheRecord recs;
+    int64_t j = 0, j1 = 0, tok = 0;  // scan: next document, end, next token
+    int64_t r = 0, r1 = 0, off = 0;  // gather: next record, end, its offset
+    int64_t tomb_word = -1;          // scan: cached tombstone word
+    uint32_t tomb_bits = 0;
+  };
+
+  __device__ __forceinline__ void LoadQueryTile(int i, int slot) {
+    uint64_t* bar = &qfull[slot];
+    MbarArriveExpectTx(bar, S::kTileBytes);
+    BulkLoad(qsm + slot * S::kTileBytes,
+             static_cast<const uint8_t*>(p.q_tiles) +
+                 static_cast<int64_t>(ta + i) * S::kTileBytes,
+             S::kTileBytes, bar);
+  }
+
+  __device__ void IssueQueryTiles(int64_t c) {
+    const int lane = threadIdx.x & 31;
+    for (int i = 0; i < ntiles; ++i) {
+      const int w = i % kWG;
+      const int nw = (ntiles - w + kWG - 1) / kWG;
+      const int64_t n = c * nw + i / kWG;  // warpgroup w's load count
+      const int slot = w * S::kQStages + static_cast<int>(n % S::kQStages);
+      const int64_t round = n / S::kQStages;
+      if (round > 0) MbarWait(&qempty[slot], (round - 1) & 1);
+      if (lane == 0) LoadQueryTile(i, slot);
+    }
+  }
+
+  __device__ __forceinline__ bool Deleted(Cursor& cur, int64_t doc) {
+    if (p.tombstones == nullptr) return false;
+    const int64_t word = doc >> 5;
+    if (word != cur.tomb_word) {
+      cur.tomb_word = word;
+      cur.tomb_bits = p.tombstones[word];
+    }
+    return (cur.tomb_bits >> (doc & 31)) & 1u;
+  }
+
+  // Fills stage c % kStages with the next chunk; returns true (and writes
+  // the end marker) when the unit has no tokens left.
+  __device__ bool IssueChunk(int64_t c, Cursor& cur) {
+    const int lane = threadIdx.x & 31;
+    const int s = static_cast<int>(c % S::kStages);
+    if (c >= S::kStages) MbarWait(&empty[s], ((c / S::kStages) - 1) & 1);
+    TmaChunkHeader* h = &hdr[c % S::kHeaders];
+    uint8_t* stage = dsm + s * S::kStageBytes;
+    if (gather ? cur.r >= cur.r1 : cur.j >= cur.j1) {
+      if (lane == 0) {
+        h->nseg = -1;
+        MbarArrive(&full[s]);
+      }
+      return true;
+    }
+    int nseg = 0;
+    uint32_t boxes = 0;
+    if (gather) {
+      int cols = 0;
+      while (cur.r < cur.r1 && nseg < kTmaMaxSegs && cols < S::kN) {
+        const TmaRecord rec = cur.recs.Get(cur.r);
+        const int take =
+            static_cast<int>(min(rec.len - cur.off, int64_t{S::kN - cols}));
+        const bool ends = cur.off + take == rec.len;
+        const int nb = (take + 15) / 16;
+        if (lane == 0) {
+          TmaSeg& sg = h->seg[nseg];
+          sg.lo = cols;
+          sg.hi = cols + take;
+          sg.out = static_cast<uint32_t>(cur.r);
+          sg.flags = (cur.off == 0 ? kSegStarts : 0) | (ends ? kSegEnds : 0);
+          const void* map = p.maps[rec.slot].bytes;
+          for (int b = 0; b < nb; ++b) {
+            for (int hh = 0; hh < S::kHalves; ++hh) {
+              TmaLoad2D(stage + hh * S::kHalfStageBytes +
+                            (cols / 16 + b) * S::kBoxBytes,
+                        map, &full[s], hh * 64,
+                        static_cast<int32_t>(rec.row + cur.off + 16 * b));
+            }
+          }
+        }
+        ++nseg;
+        boxes += nb;
+        if (!ends) {
+          cur.off += take;
+          break;
+        }
+        ++cur.r;
+        cur.off = 0;
+        cols += nb * 16;
+      }
+    } else {
+      const int64_t c_tok = cur.tok;
+      int cols = 0;
+      while (cur.j < cur.j1 && nseg < kTmaMaxSegs) {
+        const int64_t d0 = cur.cu.Get(cur.j);
+        const int64_t d1 = cur.cu.Get(cur.j + 1);
+        const bool ends = d1 <= c_tok + S::kN;
+        const bool deleted = Deleted(cur, p.doc_begin + cur.j);
+        const int hi = static_cast<int>((ends ? d1 : c_tok + S::kN) - c_tok);
+        if (lane == 0) {
+          TmaSeg& sg = h->seg[nseg];
+          sg.lo = static_cast<int>(max(d0, c_tok) - c_tok);
+          sg.hi = hi;
+          sg.out = static_cast<uint32_t>(cur.j);
+          sg.flags = (d0 >= c_tok ? kSegStarts : 0) | (ends ? kSegEnds : 0) |
+                     (deleted ? kSegSkip : 0);
+        }
+        ++nseg;
+        cols = hi;
+        if (!ends) break;
+        ++cur.j;
+        if (cols == S::kN) break;
+      }
+      cur.tok = c_tok + cols;
+      const int nb = (cols + 15) / 16;
+      if (lane == 0) {
+        const void* map = p.maps[p.map_slot].bytes;
+        for (int b = 0; b < nb; ++b) {
+          for (int hh = 0; hh < S::kHalves; ++hh) {
+            TmaLoad2D(stage + hh * S::kHalfStageBytes + b * S::kBoxBytes, map,
+                      &full[s], hh * 64, static_cast<int32_t>(c_tok + 16 * b));
+          }
+        }
+      }
+      boxes = nb;
+    }
+    if (lane == 0) {
+      h->nseg = nseg;
+      // After the copies: the barrier's transaction count may go negative
+      // meanwhile; the phase cannot complete before this arrival.
+      MbarArriveExpectTx(&full[s], boxes * S::kHalves * S::kBoxBytes);
+    }
+    return false;
+  }
+
+  // ---- consumers
+
+  __device__ void Consume() {
+    const int wg = threadIdx.x / 128;
+    const int lane = threadIdx.x & 31;
+    const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
+    float acc[S::kN / 2];
+    for (int64_t c = 0;; ++c) {
+      const int s = static_cast<int>(c % S::kStages);
+      MbarWait(&full[s], (c / S::kStages) & 1);
+      const TmaChunkHeader* h = &hdr[c % S::kHeaders];
+      const int nseg = h->nseg;
+      if (nseg < 0) break;
+      const uint8_t* stage = dsm + s * S::kStageBytes;
+      for (int k = 0; k < nw; ++k) {
+        int slot;
+        if (resident) {
+          slot = wg * S::kQStages + k;
+          if (c == 0) MbarWait(&qfull[slot], 0);
+        } else {
+          const int64_t n = c * nw + k;
+          slot = wg * S::kQStages + static_cast<int>(n % S::kQStages);
+          MbarWait(&qfull[slot], (n / S::kQStages) & 1);
+        }
+        Mma(qsm + slot * S::kTileBytes, stage, acc);
+        if (lane == 0) {
+          if (!resident) MbarArrive(&qempty[slot]);
+          if (k == nw - 1) MbarArrive(&empty[s]);
+        }
+        Epilogue(acc, h, nseg, ta + wg + k * kWG - p.tile_begin);
+      }
+      if (nw == 0 && lane == 0) MbarArrive(&empty[s]);
+      NamedBarrier(1, S::kConsumers);
+      Finalize(h, nseg);
+      NamedBarrier(1, S::kConsumers);
+    }
+  }
+
+  __device__ __forceinline__ void Mma(const uint8_t* qt, const uint8_t* stage,
+                                      float (&acc)[S::kN / 2]) {
+#pragma unroll
+    for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kDP / 16; ++kk) {
+      const uint64_t a =
+          SmemDescSw128(qt + (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
+      const uint64_t b =
+          SmemDescSw128(stage + (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
+      Wgmma<Tag, S::kN>::Run(acc, a, b, kk > 0 ? 1u : 0u);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+#pragma unroll
+    for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
+  }
+
+  // Max over columns [lo, hi) of this lane's two rows.
+  __device__ __forceinline__ static void SegMax(const float (&acc)[S::kN / 2],
+                                                int lo, int hi, int t,
+                                                float& m0, float& m1) {
+    m0 = m1 = -__int_as_float(0x7f800000);
+    if (lo == 0 && hi == S::kN) {
+#pragma unroll
+      for (int i = 0; i < S::kN / 8; ++i) {
+        m0 = fmaxf(m0, fmaxf(acc[4 * i], acc[4 * i + 1]));
+        m1 = fmaxf(m1, fmaxf(acc[4 * i + 2], acc[4 * i + 3]));
+      }
+      return;
+    }
+    const int l = lo - 2 * t;
+    const int h = hi - 2 * t;
+#pragma unroll
+    for (int i = 0; i < S::kN / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * i + e;
+        if (col >= l && col < h) {
+          m0 = fmaxf(m0, acc[4 * i + e]);
+          m1 = fmaxf(m1, acc[4 * i + 2 + e]);
+        }
+      }
+    }
+  }
+
+  // lt: the tile's index within the launch.
+  __device__ __forceinline__ void Epilogue(const float (&acc)[S::kN / 2],
+                                           const TmaChunkHeader* h, int nseg,
+                                           int lt) {
+    const int warp = (threadIdx.x / 32) % 4;
+    if (kWG == 1 && warp >= 2) return;  // rows past a 32-row tile
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int row = lt * S::kTileRows + warp * 16 + g;
+    const int rb = lt * S::kBlocksPerTile + warp;
+    for (int si = 0; si < nseg; ++si) {
+      const TmaSeg sg = h->seg[si];
+      float m0, m1;
+      SegMax(acc, sg.lo, sg.hi, t, m0, m1);
+      m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+      m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+      m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+      m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+      if ((sg.flags & kSegStarts) == 0) {
+        m0 = fmaxf(m0, carry[row]);
+        m1 = fmaxf(m1, carry[row + 8]);
+      }
+      if ((sg.flags & kSegEnds) == 0) {
+        if (t == 0) {
+          carry[row] = m0;
+          carry[row + 8] = m1;
+        }
+      } else if ((sg.flags & kSegSkip) == 0) {
+        float v = m0 + m1;
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane == 0) part[si * S::kRowBlocks + rb] = v;
+      }
+    }
+  }
+
+  // Sums the row-block partials of every document that ended in this chunk,
+  // per query, in block order.
+  __device__ __forceinline__ void Finalize(const TmaChunkHeader* h, int nseg) {
+    const int b0 = p.tile_begin * S::kBlocksPerTile;
+    const int b1 = b0 + p.num_tiles * S::kBlocksPerTile;
+    const int qa = gather ? query : p.q_begin;
+    const int nq = gather ? 1 : p.q_end - p.q_begin;
+    for (int item = threadIdx.x; item < nseg * nq; item += S::kConsumers) {
+      const int si = item % nseg;
+      const int q = qa + item / nseg;
+      const TmaSeg sg = h->seg[si];
+      if ((sg.flags & (kSegEnds | kSegSkip)) != kSegEnds) continue;
+      const int q0 = p.query_blocks[q];
+      const int q1 = p.query_blocks[q + 1];
+      const int a = max(q0, b0);
+      const int b = min(q1, b1);
+      if (a >= b) continue;
+      float sum = 0.f;
+      for (int x = a; x < b; ++x) sum += part[si * S::kRowBlocks + (x - b0)];
+      float* out = p.scores + q * p.score_stride + sg.out;
+      *out = q0 >= b0 ? sum : *out + sum;
+    }
+  }
+};
+
+template <typename Tag, int kDP, int kWG>
+__global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
+                                  kWG == 1 ? 2 : 1)
+    MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
+  using S = TmaShape<kDP, kWG>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
+  TmaBlock<Tag, kDP, kWG> b{p};
+  b.qsm = smem + S::kQOff;
+  b.dsm = smem + S::kDocOff;
+  b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
+  b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
+  b.part = reinterpret_cast<float*>(smem + S::kPartOff);
+  b.full = reinterpret_cast<uint64_t*>(smem + S::kBarOff);
+  b.empty = b.full + S::kStages;
+  b.qfull = b.empty + S::kStages;
+  b.qempty = b.qfull + kWG * S::kQStages;
+  b.gather = p.records != nullptr;
+  const int32_t g0 = p.tile_begin;
+  const int32_t g1 = p.tile_begin + p.num_tiles;
+  if (b.gather) {
+    b.query = p.units[blockIdx.x].query;
+    b.ta = max(p.query_tiles[b.query], g0);
+    b.ntiles = min(p.query_tiles[b.query + 1], g1) - b.ta;
+  } else {
+    b.query = 0;
+    b.ta = g0;
+    b.ntiles = g1 - g0;
+  }
+  if (b.ntiles <= 0) return;  // the whole block: nothing of this query here
+  b.resident = (b.ntiles + kWG - 1) / kWG <= S::kQStages;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S::kStages; ++i) {
+      MbarInit(&b.full[i], 1);
+      MbarInit(&b.empty[i], 4 * kWG);
+    }
+    for (int i = 0; i < kWG * S::kQStages; ++i) {
+      MbarInit(&b.qfull[i], 1);
+      MbarInit(&b.qempty[i], 4);
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+  if (threadIdx.x >= S::kConsumers) {
+    b.Produce(blockIdx.x);
+  } else {
+    b.Consume();
+  }
+}
+
+template <typename Tag, int kDP, int kWG>
+absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
+  using S = TmaShape<kDP, kWG>;
+  const int64_t units =
+      p.records != nullptr
+          ? p.num_units
+          : (p.num_docs + p.docs_per_unit - 1) / p.docs_per_unit;
+  if (units == 0 || p.num_tiles == 0) return absl::OkStatus();
+  auto kernel = MaxSimTmaKernel<Tag, kDP, kWG>;
+  MAXSIMD_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  kernel<<<static_cast<unsigned>(units), S::kThreads, S::kSmemBytes, stream>>>(
+      p);
+  MAXSIMD_CUDA_CHECK_LAUNCH();
+  return absl::OkStatus();
+}
+
+}  // namespace maxsimd::detail
+
+#endif  // MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_

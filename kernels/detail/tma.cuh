@@ -1,0 +1,120 @@
+// Hopper (sm_90a) device primitives of the TMA MaxSim kernel: mbarriers,
+// the bulk copy engine (tensor and plain), named barriers, and the wgmma
+// shared-memory descriptors and fences. Thin wrappers over inline PTX; each
+// names the PTX instruction it issues.
+#ifndef MAXSIMD_KERNELS_DETAIL_TMA_CUH_
+#define MAXSIMD_KERNELS_DETAIL_TMA_CUH_
+
+#include <cstdint>
+
+namespace maxsimd::detail {
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// mbarrier.init: `count` arrivals complete a phase.
+__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(bar)),
+               "r"(count)
+               : "memory");
+}
+
+// Makes the initialised barriers visible to the async proxy (the copy
+// engine) before any copy signals them. Followed by __syncthreads().
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// One arrival that also expects `bytes` of copy-engine traffic.
+__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar,
+                                                   uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   SmemAddr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(bar))
+               : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = SmemAddr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// cp.async.bulk.tensor.2d: the box at (c0, c1) of the tensor map `map`
+// (an address in global, constant or parameter memory) into shared memory
+// at `dst`, completing `bytes` on `bar`.
+__device__ __forceinline__ void TmaLoad2D(void* dst, const void* map,
+                                          uint64_t* bar, int32_t c0,
+                                          int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(SmemAddr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(SmemAddr(bar))
+      : "memory");
+}
+
+// cp.async.bulk: `bytes` (a multiple of 16) contiguous bytes from global to
+// shared memory, completing on `bar`.
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src,
+                                         uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1], %2, [%3];\n" ::"r"(SmemAddr(dst)),
+      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void PrefetchTensorMap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `threads`
+// threads, a multiple of 32.
+__device__ __forceinline__ void NamedBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte
+// swizzle layout: rows of 64 16-bit elements (128 bytes), 8-row atoms of
+// 1024 bytes stacked densely (stride byte offset 1024). `p` may point into
+// an atom (k offset within the 128-byte row); the atom itself must be
+// 1024-byte aligned.
+__device__ __forceinline__ uint64_t SmemDescSw128(const void* p) {
+  const uint64_t addr = SmemAddr(p);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Tells the compiler that `r` may change here (the asynchronous MMAs write
+// their accumulators behind its back).
+__device__ __forceinline__ void FenceRegister(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+}  // namespace maxsimd::detail
+
+#endif  // MAXSIMD_KERNELS_DETAIL_TMA_CUH_

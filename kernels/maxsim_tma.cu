@@ -1,0 +1,132 @@
+// TMA MaxSim launcher: the dispatch from run-time (dtype, padded width,
+// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16}.cu,
+// plus the host helpers that stage queries and encode tensor maps.
+#include <cudaTypedefs.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/detail/mma.cuh"
+#include "kernels/maxsim_tma.h"
+
+namespace maxsimd {
+namespace detail {
+// Defined in detail/maxsim_tma_kernel.cuh, instantiated per dtype.
+template <typename Tag, int kDP, int kWG>
+absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream);
+}  // namespace detail
+
+void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
+                      int64_t row, int32_t tile_rows, uint8_t* tiles) {
+  const int64_t tile = row / tile_rows;
+  const int32_t r = static_cast<int32_t>(row % tile_rows);
+  uint8_t* base = tiles + tile * tile_rows * dpad * 2 + r * 128;
+  for (int32_t c = 0; c * 8 < dim; ++c) {
+    // 16-byte chunk c of the row: half c / 8, chunk c % 8 within the
+    // 128-byte line, stored at chunk (c % 8) ^ (r % 8).
+    const int32_t n = std::min(8, dim - c * 8);
+    uint8_t* dst =
+        base + (c / 8) * tile_rows * 128 + (((c % 8) ^ (r % 8)) * 16);
+    std::memcpy(dst, src + c * 8, n * 2);
+  }
+}
+
+absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
+                            int32_t dim, TensorMapBytes* map) {
+  std::memset(map, 0, sizeof(*map));
+  if (num_tokens == 0) return absl::OkStatus();
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult result;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                         cudaEnableDefault,
+                                         &result) == cudaSuccess &&
+        result == cudaDriverEntryPointSuccess) {
+      encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    } else {
+      (void)cudaGetLastError();
+    }
+  });
+  if (encode == nullptr) {
+    return absl::UnavailableError(
+        "EncodeTokenMap: the driver has no cuTensorMapEncodeTiled");
+  }
+  if (num_tokens >= (int64_t{1} << 31) || !TmaSupportsDim(dim) ||
+      reinterpret_cast<uintptr_t>(tokens) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EncodeTokenMap: ", num_tokens, " tokens of dim ", dim,
+                     " are outside the TMA path's limits"));
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim),
+                              static_cast<cuuint64_t>(num_tokens)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dim) * 2};
+  const cuuint32_t box[2] = {64, 16};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult res = encode(
+      reinterpret_cast<CUtensorMap*>(map),
+      dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      2, const_cast<void*>(tokens), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (res != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat(
+        "cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(res)));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename Tag, int kDP>
+absl::Status DispatchWarpgroups(const TmaLaunchParams& p, cudaStream_t s) {
+  if (p.warpgroups == 1) return detail::LaunchTmaTyped<Tag, kDP, 1>(p, s);
+  if (p.warpgroups == 2) return detail::LaunchTmaTyped<Tag, kDP, 2>(p, s);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "LaunchMaxSimTma: warpgroups is ", p.warpgroups, ", must be 1 or 2"));
+}
+
+template <typename Tag>
+absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
+  if (!TmaSupportsDim(p.dim) || p.dpad != TmaPaddedDim(p.dim)) {
+    return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
+                                                   p.dim, " with dpad ", p.dpad,
+                                                   " has no TMA kernel"));
+  }
+  switch (p.dpad) {
+    case 64:
+      return DispatchWarpgroups<Tag, 64>(p, s);
+    case 128:
+      return DispatchWarpgroups<Tag, 128>(p, s);
+    case 256:
+      return DispatchWarpgroups<Tag, 256>(p, s);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("LaunchMaxSimTma: dpad ", p.dpad));
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
+  if (p.num_tiles > TmaMaxTiles(p.warpgroups)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
+                     TmaMaxTiles(p.warpgroups)));
+  }
+  switch (p.dtype) {
+    case DType::kFloat16:
+      return DispatchDim<detail::Fp16>(p, stream);
+    case DType::kBFloat16:
+      return DispatchDim<detail::Bf16>(p, stream);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("LaunchMaxSimTma: dtype ", DTypeName(p.dtype),
+                       " has no GPU kernel (float16 and bfloat16 do)"));
+  }
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,132 @@
+// Launcher of the Hopper MaxSim kernel (sm_90a): document tokens streamed
+// through shared memory by the tensor copy engine (TMA), scored with wgmma
+// against tiles of stacked query rows, segmented max per document in the
+// epilogue. One kernel serves the scan (a contiguous range of a segment's
+// documents per block) and the gather (a list of candidate records per
+// block); see detail/maxsim_tma_kernel.cuh for the design.
+//
+// The host stages the query rows in the kernel's tile layout
+// (StageTmaQueryRow), one tensor map per segment (EncodeTokenMap), and the
+// work plan. Widths 64..256 that are multiples of 8 take this path; the
+// others take the mma.sync kernels of maxsim_scan.h / maxsim_gather.h.
+//
+// Internal to kernels/: this header names cudaStream_t.
+// Thread-safety: stateless.
+#ifndef MAXSIMD_KERNELS_MAXSIM_TMA_H_
+#define MAXSIMD_KERNELS_MAXSIM_TMA_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/maxsim_gather.h"
+#include "kernels/types.h"
+
+namespace maxsimd {
+
+// An encoded tensor map (CUtensorMap): 128 opaque bytes, 64-byte aligned.
+struct alignas(64) TensorMapBytes {
+  uint8_t bytes[128];
+};
+
+// Whether the TMA kernel handles this embedding width.
+inline bool TmaSupportsDim(int32_t dim) {
+  return dim >= 64 && dim <= 256 && dim % 8 == 0;
+}
+// Elements per staged query row: dim rounded up to 64 (one 128-byte
+// swizzle row); the columns past dim are zero, and so are the corpus
+// columns past dim (the copy engine fills outside the tensor with zeros).
+inline int32_t TmaPaddedDim(int32_t dim) {
+  const int32_t p = (dim + 63) / 64 * 64;
+  return p == 192 ? 256 : p;
+}
+
+// Query rows per tile: 32 with one consumer warpgroup per block (a batch
+// of at most 32 rows; two blocks per multiprocessor), 64 with two.
+inline int32_t TmaTileRows(int32_t warpgroups) {
+  return warpgroups == 1 ? 32 : 64;
+}
+// Tiles one launch covers (the rows a block keeps running maxima for).
+inline int32_t TmaMaxTiles(int32_t warpgroups) {
+  return warpgroups == 1 ? 1 : 32;
+}
+inline int32_t TmaBlocksPerSm(int32_t warpgroups) {
+  return warpgroups == 1 ? 2 : 1;
+}
+// Bytes of one staged query tile.
+inline int64_t TmaTileBytes(int32_t warpgroups, int32_t dpad) {
+  return int64_t{TmaTileRows(warpgroups)} * dpad * 2;
+}
+
+// Writes query row `row` (dim 16-bit elements, already in the corpus
+// dtype) into the staged tiles: tile row / rows, in the 128-byte swizzle
+// layout that wgmma reads. The rest of the tile buffer must be zero.
+void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
+                      int64_t row, int32_t tile_rows, uint8_t* tiles);
+
+// Encodes the tensor map of a segment's tokens ([num_tokens, dim], device
+// memory, 16-byte aligned): boxes of 64 columns x 16 rows, 128-byte
+// swizzle. num_tokens == 0 gives a map that is never used.
+absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
+                            int32_t dim, TensorMapBytes* map);
+
+// A gather record of the TMA path: rows [row, row + len) of the segment
+// whose tensor map is maps[slot]. `position` sits where GatherRecord has it,
+// so the top-k pass reads either array alike.
+struct TmaRecord {
+  int32_t row = 0;
+  int32_t len = 0;
+  int32_t slot = 0;
+  uint32_t position = 0;
+};
+static_assert(sizeof(TmaRecord) == 16, "device layout");
+static_assert(offsetof(TmaRecord, position) == offsetof(GatherRecord, position),
+              "top-k reads positions of both record kinds");
+
+struct TmaLaunchParams {
+  DType dtype = DType::kFloat16;
+  int32_t dim = 0;
+  int32_t dpad = 0;        // TmaPaddedDim(dim)
+  int32_t warpgroups = 1;  // 1 or 2
+  // Staged query tiles; this launch covers tiles [tile_begin, tile_begin +
+  // num_tiles), num_tiles <= TmaMaxTiles(warpgroups).
+  const void* q_tiles = nullptr;
+  int32_t tile_begin = 0;
+  int32_t num_tiles = 0;
+  // Row blocks (16 rows) of each query: query q owns blocks
+  // [query_blocks[q], query_blocks[q + 1]). Every query starts on a block.
+  const int32_t* query_blocks = nullptr;
+  const TensorMapBytes* maps = nullptr;  // device, one per segment
+  // Scan (records == nullptr): documents [doc_begin, doc_begin + num_docs)
+  // of the segment of maps[map_slot], docs_per_unit per block, scored
+  // against queries [q_begin, q_end) (those with rows in the tiles).
+  int32_t map_slot = 0;
+  const int64_t* cu_seqlens = nullptr;
+  const uint32_t* tombstones = nullptr;
+  int64_t doc_begin = 0;
+  int64_t num_docs = 0;
+  int64_t docs_per_unit = 1;
+  int32_t q_begin = 0;
+  int32_t q_end = 0;
+  // Gather: block u scores records [units[u].rec_begin, rec_end) of query
+  // units[u].query, whose tiles are [query_tiles[q], query_tiles[q + 1]).
+  const TmaRecord* records = nullptr;
+  const GatherTile* units = nullptr;
+  int64_t num_units = 0;
+  const int32_t* query_tiles = nullptr;
+  // Output: scores[q * score_stride + j] for scan document j (relative to
+  // doc_begin), scores[r] for gather record r (score_stride 0). The launch
+  // holding a query's first row block writes, later launches add. Deleted
+  // documents are not written.
+  float* scores = nullptr;
+  int64_t score_stride = 0;
+};
+
+absl::Status LaunchMaxSimTma(const TmaLaunchParams& params,
+                             cudaStream_t stream);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_KERNELS_MAXSIM_TMA_H_
