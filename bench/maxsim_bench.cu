@@ -5,7 +5,7 @@
 // (max(bytes / hbm_read, flops / gemm_rate)), % of floor and the target.
 //
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME]
-//                     [--kernels tma|mma]
+//                     [--kernels tma|mma] [--tma-box 16|64]
 //
 // Corpora are filled on the device with hashed random values (never zero)
 // and handed to the backend as views of device memory, so the 20 GB of
@@ -397,6 +397,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
 
 int main(int argc, char** argv) {
   std::string json_path, only, kernels = "tma";
+  int box = 64;
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -408,10 +409,12 @@ int main(int argc, char** argv) {
       only = argv[++i];
     else if (a == "--kernels" && i + 1 < argc)
       kernels = argv[++i];
+    else if (a == "--tma-box" && i + 1 < argc)
+      box = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--runs N] [--only NAME] "
-                   "[--kernels tma|mma]\n",
+                   "[--kernels tma|mma] [--tma-box 16|64]\n",
                    argv[0]);
       return 1;
     }
@@ -436,6 +439,7 @@ int main(int argc, char** argv) {
   maxsimd::GpuBackendOptions opt;
   opt.num_workers = 1;
   opt.use_tma = kernels != "mma";
+  opt.tma_scan_box_rows = box;
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {

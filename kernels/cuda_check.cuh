@@ -25,6 +25,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 
 #include "absl/status/status.h"
@@ -80,5 +82,27 @@ inline absl::Status CudaErrorToStatus(cudaError_t err, const char* call,
                    __FILE__, __LINE__, cudaGetErrorString(maxsimd_cuda_err_)); \
     }                                                                          \
   } while (0)
+
+namespace maxsimd {
+
+// Raises kernel kKernel's dynamic shared-memory limit to `bytes` (a
+// constant of that kernel) on the current device, once per device: the
+// attribute call would otherwise cost host time on every launch.
+template <auto kKernel>
+absl::Status SetSmemLimitOnce(int bytes) {
+  static std::atomic<uint64_t> devices{0};
+  int device = 0;
+  MAXSIMD_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (devices.load(std::memory_order_acquire) & bit) != 0) {
+    return absl::OkStatus();
+  }
+  MAXSIMD_CUDA_CHECK(cudaFuncSetAttribute(
+      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  devices.fetch_or(bit, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+}  // namespace maxsimd
 
 #endif  // MAXSIMD_KERNELS_CUDA_CHECK_CUH_

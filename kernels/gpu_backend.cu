@@ -273,7 +273,7 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   }
   const InputLayout cap = InputLayout::Make(
       options_.max_query_elements * 2, lim.max_batch_query_tokens,
-      lim.max_batch_queries, kMaxTmaSegments, lim.max_batch_candidates,
+      lim.max_batch_queries, 2 * kMaxTmaSegments, lim.max_batch_candidates,
       MaxTiles(lim));
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
@@ -518,8 +518,8 @@ absl::Status GpuBackendImpl::RunSearch(
              : rows * dpad * 2;
   const InputLayout cap = InputLayout::Make(
       query_bytes, rows, nq,
-      tma.on ? static_cast<int64_t>(p.segments.size()) : 0, total_candidates,
-      gather ? total_candidates / per_unit + nq : 0);
+      tma.on ? 2 * static_cast<int64_t>(p.segments.size()) : 0,
+      total_candidates, gather ? total_candidates / per_unit + nq : 0);
   char* in = w.pinned_in;
 
   // ---- Stage queries: fp32 -> dtype; row-major rows padded to dpad with
@@ -547,8 +547,11 @@ absl::Status GpuBackendImpl::RunSearch(
       TensorMapBytes* maps = reinterpret_cast<TensorMapBytes*>(in + cap.maps);
       for (size_t s = 0; s < p.segments.size(); ++s) {
         const SegmentView& v = p.segments[s].resident;
-        MAXSIMD_RETURN_IF_ERROR(
-            EncodeTokenMap(dtype, v.tokens, v.num_tokens, dim, &maps[s]));
+        for (int b = 0; b < 2; ++b) {
+          MAXSIMD_RETURN_IF_ERROR(EncodeTokenMap(dtype, v.tokens, v.num_tokens,
+                                                 dim, kTmaBoxRows[b],
+                                                 &maps[2 * s + b]));
+        }
       }
     } else {
       uint16_t* qdst = reinterpret_cast<uint16_t*>(in + cap.query);
@@ -612,8 +615,9 @@ absl::Status GpuBackendImpl::RunSearch(
   }
   // One copy up to the last used byte; the only gaps are alignment and the
   // records of deleted candidates.
-  size_t used = tma.on ? cap.maps + p.segments.size() * sizeof(TensorMapBytes)
-                       : cap.top_k + nq * sizeof(int32_t);
+  size_t used = tma.on
+                    ? cap.maps + 2 * p.segments.size() * sizeof(TensorMapBytes)
+                    : cap.top_k + nq * sizeof(int32_t);
   if (gather) {
     used = num_tiles > 0 ? cap.tiles + num_tiles * sizeof(GatherTile)
                          : cap.rec_offsets + (nq + 1) * sizeof(int64_t);
@@ -794,6 +798,7 @@ absl::Status GpuBackendImpl::RunSearch(
         if (tma.on) {
           TmaLaunchParams t;
           t.map_slot = static_cast<int32_t>(s);
+          t.scan_box_rows = options_.tma_scan_box_rows == 16 ? 16 : 64;
           t.cu_seqlens = v.cu_seqlens;
           t.tombstones = v.tombstones;
           t.doc_begin = c0;

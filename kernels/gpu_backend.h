@@ -39,6 +39,9 @@ struct GpuBackendOptions {
   // whose staged tiles fit the query buffer); false forces the mma.sync
   // kernels everywhere (tests compare the two).
   bool use_tma = true;
+  // Rows per copy of a TMA scan (16 or 64): a tuning knob, measured by
+  // bench/maxsim_bench --tma-box.
+  int tma_scan_box_rows = 64;
 };
 
 class GpuBackend {

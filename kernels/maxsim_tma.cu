@@ -33,7 +33,8 @@ void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
 }
 
 absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
-                            int32_t dim, TensorMapBytes* map) {
+                            int32_t dim, int32_t box_rows,
+                            TensorMapBytes* map) {
   std::memset(map, 0, sizeof(*map));
   if (num_tokens == 0) return absl::OkStatus();
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
@@ -63,7 +64,7 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim),
                               static_cast<cuuint64_t>(num_tokens)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dim) * 2};
-  const cuuint32_t box[2] = {64, 16};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult res = encode(
       reinterpret_cast<CUtensorMap*>(map),
@@ -71,7 +72,10 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
       2, const_cast<void*>(tokens), dims, strides, box, elem_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      // No L2 promotion: with 256-byte promotion each half-row request
+      // fetched the whole row and the scan reached 89% of the read
+      // ceiling instead of 96% (bench/NOTES.md, v3).
+      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (res != CUDA_SUCCESS) {
     return absl::InternalError(absl::StrCat(
         "cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(res)));

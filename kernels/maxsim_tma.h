@@ -6,7 +6,7 @@
 // block); see detail/maxsim_tma_kernel.cuh for the design.
 //
 // The host stages the query rows in the kernel's tile layout
-// (StageTmaQueryRow), one tensor map per segment (EncodeTokenMap), and the
+// (StageTmaQueryRow), two tensor maps per segment (EncodeTokenMap), and the
 // work plan. Widths 64..256 that are multiples of 8 take this path; the
 // others take the mma.sync kernels of maxsim_scan.h / maxsim_gather.h.
 //
@@ -66,15 +66,20 @@ inline int64_t TmaTileBytes(int32_t warpgroups, int32_t dpad) {
 void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
                       int64_t row, int32_t tile_rows, uint8_t* tiles);
 
+// Each segment has two tensor maps, boxes of 64 columns x kTmaBoxRows[i]
+// rows: maps[2 * slot] (16 rows: record pieces at 16-row granularity) and
+// maps[2 * slot + 1] (64 rows: long runs, four times fewer copies).
+inline constexpr int32_t kTmaBoxRows[2] = {16, 64};
+
 // Encodes the tensor map of a segment's tokens ([num_tokens, dim], device
-// memory, 16-byte aligned): boxes of 64 columns x 16 rows, 128-byte
-// swizzle. num_tokens == 0 gives a map that is never used.
+// memory, 16-byte aligned) with boxes of 64 columns x box_rows rows and the
+// 128-byte swizzle. num_tokens == 0 gives a map that is never used.
 absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
-                            int32_t dim, TensorMapBytes* map);
+                            int32_t dim, int32_t box_rows, TensorMapBytes* map);
 
 // A gather record of the TMA path: rows [row, row + len) of the segment
-// whose tensor map is maps[slot]. `position` sits where GatherRecord has it,
-// so the top-k pass reads either array alike.
+// whose tensor maps are maps[2 * slot], maps[2 * slot + 1]. `position` sits
+// where GatherRecord has it, so the top-k pass reads either array alike.
 struct TmaRecord {
   int32_t row = 0;
   int32_t len = 0;
@@ -98,11 +103,12 @@ struct TmaLaunchParams {
   // Row blocks (16 rows) of each query: query q owns blocks
   // [query_blocks[q], query_blocks[q + 1]). Every query starts on a block.
   const int32_t* query_blocks = nullptr;
-  const TensorMapBytes* maps = nullptr;  // device, one per segment
+  const TensorMapBytes* maps = nullptr;  // device, two per segment
   // Scan (records == nullptr): documents [doc_begin, doc_begin + num_docs)
-  // of the segment of maps[map_slot], docs_per_unit per block, scored
+  // of the segment of map slot map_slot, docs_per_unit per block, scored
   // against queries [q_begin, q_end) (those with rows in the tiles).
   int32_t map_slot = 0;
+  int32_t scan_box_rows = 64;  // a kTmaBoxRows value
   const int64_t* cu_seqlens = nullptr;
   const uint32_t* tombstones = nullptr;
   int64_t doc_begin = 0;

@@ -20,10 +20,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 template <SelectMode kMode>
 absl::Status Launch(const SelectArgs& args, int64_t slices, int32_t queries,
                     cudaStream_t stream) {
-  auto kernel = detail::SelectTopKKernel<kMode>;
-  MAXSIMD_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           detail::SelectSmemBytes()));
+  constexpr auto kernel = detail::SelectTopKKernel<kMode>;
+  MAXSIMD_RETURN_IF_ERROR(SetSmemLimitOnce<kernel>(detail::SelectSmemBytes()));
   const dim3 grid(static_cast<unsigned>(slices),
                   static_cast<unsigned>(queries));
   kernel<<<grid, detail::kSelectThreads, detail::SelectSmemBytes(), stream>>>(

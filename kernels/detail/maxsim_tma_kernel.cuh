@@ -11,8 +11,8 @@
 // gather chunk packs record pieces at 16-row boundaries. For every chunk it
 // writes a small header (the document segments: column range, output index,
 // starts / ends here) and has the copy engine load the chunk's rows in
-// 16-row boxes of the 128-byte swizzle layout into a ring of kStages shared
-// buffers. Query tiles (kTileRows rows) are pre-swizzled by the host and
+// 16- or 64-row boxes of the 128-byte swizzle layout into a ring of kStages
+// shared buffers. Query tiles (kTileRows rows) are pre-swizzled by the host and
 // arrive by plain bulk copies: loaded once when they fit the per-warpgroup
 // ring, else streamed again for every chunk.
 //
@@ -44,6 +44,9 @@
 namespace maxsimd::detail {
 
 inline constexpr int kTmaMaxSegs = 16;  // document segments per chunk
+// Entries of query_blocks a block caches in shared memory (the rest, for
+// batches of more queries, are read from global memory).
+inline constexpr int kTmaQblkCache = 260;
 inline constexpr uint32_t kSegStarts = 1;
 inline constexpr uint32_t kSegEnds = 2;
 inline constexpr uint32_t kSegSkip = 4;  // deleted: scored, not written
@@ -79,7 +82,6 @@ struct TmaShape {
   static constexpr int kTileBytes = kTileRows * kDP * 2;
   static constexpr int kHalfStageBytes = kN * 128;
   static constexpr int kStageBytes = kN * kDP * 2;
-  static constexpr int kBoxBytes = 16 * 128;  // one 16-row x 64-column box
   // Shared memory, from a 1024-byte aligned base. The query ring comes
   // first: with 32-row tiles the 64-row wgmma reads 32 rows past a tile
   // (results unused), which must stay inside the allocation.
@@ -89,7 +91,8 @@ struct TmaShape {
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
-  static constexpr int kBarOff = kPartOff + kTmaMaxSegs * kRowBlocks * 4;
+  static constexpr int kQblkOff = kPartOff + kTmaMaxSegs * kRowBlocks * 4;
+  static constexpr int kBarOff = kQblkOff + kTmaQblkCache * 4;
   static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static_assert(kDocOff % 1024 == 0 && kStageBytes % 1024 == 0, "alignment");
@@ -145,6 +148,7 @@ struct TmaBlock {
   TmaChunkHeader* hdr;
   float* carry;
   float* part;
+  int32_t* qblk;     // query_blocks[qa ..], copied at block start
   uint64_t* full;    // [kStages] chunk landed (1 arrival + bytes)
   uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
   uint64_t* qfull;   // [kWG * kQStages] query tile landed
@@ -247,7 +251,7 @@ struct TmaBlock {
       return true;
     }
     int nseg = 0;
-    uint32_t boxes = 0;
+    uint32_t bytes = 0;  // lane 0's count of the copies it issued
     if (gather) {
       int cols = 0;
       while (cur.r < cur.r1 && nseg < kTmaMaxSegs && cols < S::kN) {
@@ -262,18 +266,22 @@ struct TmaBlock {
           sg.hi = cols + take;
           sg.out = static_cast<uint32_t>(cur.r);
           sg.flags = (cur.off == 0 ? kSegStarts : 0) | (ends ? kSegEnds : 0);
-          const void* map = p.maps[rec.slot].bytes;
-          for (int b = 0; b < nb; ++b) {
+          // 64-row boxes while 64 rows remain, then 16-row boxes.
+          int at = 0;
+          while (at < take) {
+            const int big = take - at >= 64 ? 1 : 0;
+            const void* map = p.maps[2 * rec.slot + big].bytes;
+            const int rows = big ? 64 : 16;
             for (int hh = 0; hh < S::kHalves; ++hh) {
-              TmaLoad2D(stage + hh * S::kHalfStageBytes +
-                            (cols / 16 + b) * S::kBoxBytes,
+              TmaLoad2D(stage + hh * S::kHalfStageBytes + (cols + at) * 128,
                         map, &full[s], hh * 64,
-                        static_cast<int32_t>(rec.row + cur.off + 16 * b));
+                        static_cast<int32_t>(rec.row + cur.off + at));
             }
+            bytes += rows * 128 * S::kHalves;
+            at += rows;
           }
         }
         ++nseg;
-        boxes += nb;
         if (!ends) {
           cur.off += take;
           break;
@@ -306,23 +314,26 @@ struct TmaBlock {
         if (cols == S::kN) break;
       }
       cur.tok = c_tok + cols;
-      const int nb = (cols + 15) / 16;
+      // A scan chunk is full except at the unit's end, where at most one
+      // box minus one row past it is read.
+      const int box = p.scan_box_rows;
+      const int nb = (cols + box - 1) / box;
       if (lane == 0) {
-        const void* map = p.maps[p.map_slot].bytes;
+        const void* map = p.maps[2 * p.map_slot + (box == 64 ? 1 : 0)].bytes;
         for (int b = 0; b < nb; ++b) {
           for (int hh = 0; hh < S::kHalves; ++hh) {
-            TmaLoad2D(stage + hh * S::kHalfStageBytes + b * S::kBoxBytes, map,
-                      &full[s], hh * 64, static_cast<int32_t>(c_tok + 16 * b));
+            TmaLoad2D(stage + hh * S::kHalfStageBytes + b * box * 128, map,
+                      &full[s], hh * 64, static_cast<int32_t>(c_tok + box * b));
           }
         }
       }
-      boxes = nb;
+      bytes = nb * box * 128 * S::kHalves;
     }
     if (lane == 0) {
       h->nseg = nseg;
       // After the copies: the barrier's transaction count may go negative
       // meanwhile; the phase cannot complete before this arrival.
-      MbarArriveExpectTx(&full[s], boxes * S::kHalves * S::kBoxBytes);
+      MbarArriveExpectTx(&full[s], bytes);
     }
     return false;
   }
@@ -384,7 +395,36 @@ struct TmaBlock {
     for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
   }
 
-  // Max over columns [lo, hi) of this lane's two rows.
+  // Completes segment si for this lane's rows (g, g + 8) of row block rb:
+  // quad max, the carry of a document begun in an earlier chunk, then
+  // either the carry for the next chunk or the block's 16-row sum.
+  __device__ __forceinline__ void Finish(const TmaSeg& sg, int si, float m0,
+                                         float m1, int row, int rb) {
+    const int lane = threadIdx.x & 31;
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    if ((sg.flags & kSegStarts) == 0) {
+      m0 = fmaxf(m0, carry[row]);
+      m1 = fmaxf(m1, carry[row + 8]);
+    }
+    if ((sg.flags & kSegEnds) == 0) {
+      if ((lane & 3) == 0) {
+        carry[row] = m0;
+        carry[row + 8] = m1;
+      }
+    } else if ((sg.flags & kSegSkip) == 0) {
+      float v = m0 + m1;
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane == 0) part[si * S::kRowBlocks + rb] = v;
+    }
+  }
+
+  // Max over columns [lo, hi) of this lane's two rows: straight-line
+  // predicated code, a plain max when the segment fills the chunk.
   __device__ __forceinline__ static void SegMax(const float (&acc)[S::kN / 2],
                                                 int lo, int hi, int t,
                                                 float& m0, float& m1) {
@@ -397,14 +437,14 @@ struct TmaBlock {
       }
       return;
     }
-    const int l = lo - 2 * t;
-    const int h = hi - 2 * t;
+    // col in [lo, hi) as one unsigned compare against a per-lane base.
+    const uint32_t base = static_cast<uint32_t>(2 * t - lo);
+    const uint32_t width = static_cast<uint32_t>(hi - lo);
 #pragma unroll
     for (int i = 0; i < S::kN / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = 8 * i + e;
-        if (col >= l && col < h) {
+        if (base + static_cast<uint32_t>(8 * i + e) < width) {
           m0 = fmaxf(m0, acc[4 * i + e]);
           m1 = fmaxf(m1, acc[4 * i + 2 + e]);
         }
@@ -412,41 +452,21 @@ struct TmaBlock {
     }
   }
 
-  // lt: the tile's index within the launch.
+  // The segmented max of one tile, segment by segment. lt: the tile's index
+  // within the launch.
   __device__ __forceinline__ void Epilogue(const float (&acc)[S::kN / 2],
                                            const TmaChunkHeader* h, int nseg,
                                            int lt) {
     const int warp = (threadIdx.x / 32) % 4;
     if (kWG == 1 && warp >= 2) return;  // rows past a 32-row tile
-    const int lane = threadIdx.x & 31;
-    const int g = lane >> 2;
-    const int t = lane & 3;
-    const int row = lt * S::kTileRows + warp * 16 + g;
+    const int t = threadIdx.x & 3;
+    const int row = lt * S::kTileRows + warp * 16 + ((threadIdx.x & 31) >> 2);
     const int rb = lt * S::kBlocksPerTile + warp;
     for (int si = 0; si < nseg; ++si) {
       const TmaSeg sg = h->seg[si];
       float m0, m1;
       SegMax(acc, sg.lo, sg.hi, t, m0, m1);
-      m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-      m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-      m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-      m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-      if ((sg.flags & kSegStarts) == 0) {
-        m0 = fmaxf(m0, carry[row]);
-        m1 = fmaxf(m1, carry[row + 8]);
-      }
-      if ((sg.flags & kSegEnds) == 0) {
-        if (t == 0) {
-          carry[row] = m0;
-          carry[row + 8] = m1;
-        }
-      } else if ((sg.flags & kSegSkip) == 0) {
-        float v = m0 + m1;
-        v += __shfl_xor_sync(0xffffffffu, v, 4);
-        v += __shfl_xor_sync(0xffffffffu, v, 8);
-        v += __shfl_xor_sync(0xffffffffu, v, 16);
-        if (lane == 0) part[si * S::kRowBlocks + rb] = v;
-      }
+      Finish(sg, si, m0, m1, row, rb);
     }
   }
 
@@ -462,8 +482,10 @@ struct TmaBlock {
       const int q = qa + item / nseg;
       const TmaSeg sg = h->seg[si];
       if ((sg.flags & (kSegEnds | kSegSkip)) != kSegEnds) continue;
-      const int q0 = p.query_blocks[q];
-      const int q1 = p.query_blocks[q + 1];
+      const int qi = q - qa;
+      const int q0 = qi < kTmaQblkCache ? qblk[qi] : p.query_blocks[q];
+      const int q1 =
+          qi + 1 < kTmaQblkCache ? qblk[qi + 1] : p.query_blocks[q + 1];
       const int a = max(q0, b0);
       const int b = min(q1, b1);
       if (a >= b) continue;
@@ -488,6 +510,7 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
   b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
   b.part = reinterpret_cast<float*>(smem + S::kPartOff);
+  b.qblk = reinterpret_cast<int32_t*>(smem + S::kQblkOff);
   b.full = reinterpret_cast<uint64_t*>(smem + S::kBarOff);
   b.empty = b.full + S::kStages;
   b.qfull = b.empty + S::kStages;
@@ -506,6 +529,13 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
   }
   if (b.ntiles <= 0) return;  // the whole block: nothing of this query here
   b.resident = (b.ntiles + kWG - 1) / kWG <= S::kQStages;
+  {
+    const int qa = b.gather ? b.query : p.q_begin;
+    const int nq = b.gather ? 1 : p.q_end - p.q_begin;
+    for (int i = threadIdx.x; i <= nq && i < kTmaQblkCache; i += blockDim.x) {
+      b.qblk[i] = p.query_blocks[qa + i];
+    }
+  }
   if (threadIdx.x == 0) {
     for (int i = 0; i < S::kStages; ++i) {
       MbarInit(&b.full[i], 1);
@@ -533,9 +563,9 @@ absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
           ? p.num_units
           : (p.num_docs + p.docs_per_unit - 1) / p.docs_per_unit;
   if (units == 0 || p.num_tiles == 0) return absl::OkStatus();
-  auto kernel = MaxSimTmaKernel<Tag, kDP, kWG>;
-  MAXSIMD_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  constexpr auto kernel = MaxSimTmaKernel<Tag, kDP, kWG>;
+  absl::Status st = SetSmemLimitOnce<kernel>(S::kSmemBytes);
+  if (!st.ok()) return st;
   kernel<<<static_cast<unsigned>(units), S::kThreads, S::kSmemBytes, stream>>>(
       p);
   MAXSIMD_CUDA_CHECK_LAUNCH();
