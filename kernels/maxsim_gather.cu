@@ -1,6 +1,7 @@
 // Gather launcher: the one dispatch from run-time (dtype, dim, row tiles) to
 // the kernel instantiations in maxsim_gather_{fp16,bf16}.cu.
 #include "absl/strings/str_cat.h"
+#include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/maxsim_warp.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/maxsim_gather.h"
@@ -53,16 +54,9 @@ absl::Status DispatchDim(const GatherLaunchParams& p, cudaStream_t stream) {
 
 absl::Status LaunchMaxSimGather(const GatherLaunchParams& p,
                                 cudaStream_t stream) {
-  switch (p.dtype) {
-    case DType::kFloat16:
-      return DispatchDim<detail::Fp16>(p, stream);
-    case DType::kBFloat16:
-      return DispatchDim<detail::Bf16>(p, stream);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("LaunchMaxSimGather: dtype ", DTypeName(p.dtype),
-                       " has no GPU kernel (float16 and bfloat16 do)"));
-  }
+  return detail::DispatchDtype(p.dtype, "LaunchMaxSimGather", [&](auto tag) {
+    return DispatchDim<decltype(tag)>(p, stream);
+  });
 }
 
 }  // namespace maxsimd

@@ -1,6 +1,7 @@
 // Scan launcher: the one dispatch from run-time (dtype, dim, row tiles) to
 // the kernel instantiations in maxsim_scan_{fp16,bf16}.cu.
 #include "absl/strings/str_cat.h"
+#include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/maxsim_warp.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/maxsim_scan.h"
@@ -54,16 +55,9 @@ absl::Status DispatchDim(const ScanLaunchParams& p, cudaStream_t stream) {
 }  // namespace
 
 absl::Status LaunchMaxSimScan(const ScanLaunchParams& p, cudaStream_t stream) {
-  switch (p.dtype) {
-    case DType::kFloat16:
-      return DispatchDim<detail::Fp16>(p, stream);
-    case DType::kBFloat16:
-      return DispatchDim<detail::Bf16>(p, stream);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("LaunchMaxSimScan: dtype ", DTypeName(p.dtype),
-                       " has no GPU kernel (float16 and bfloat16 do)"));
-  }
+  return detail::DispatchDtype(p.dtype, "LaunchMaxSimScan", [&](auto tag) {
+    return DispatchDim<decltype(tag)>(p, stream);
+  });
 }
 
 }  // namespace maxsimd

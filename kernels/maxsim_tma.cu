@@ -3,10 +3,12 @@
 // plus the host helpers that stage queries and encode tensor maps.
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/maxsim_tma.h"
 
@@ -121,16 +123,9 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
         absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
                      TmaMaxTiles(p.warpgroups)));
   }
-  switch (p.dtype) {
-    case DType::kFloat16:
-      return DispatchDim<detail::Fp16>(p, stream);
-    case DType::kBFloat16:
-      return DispatchDim<detail::Bf16>(p, stream);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("LaunchMaxSimTma: dtype ", DTypeName(p.dtype),
-                       " has no GPU kernel (float16 and bfloat16 do)"));
-  }
+  return detail::DispatchDtype(p.dtype, "LaunchMaxSimTma", [&](auto tag) {
+    return DispatchDim<decltype(tag)>(p, stream);
+  });
 }
 
 }  // namespace maxsimd
