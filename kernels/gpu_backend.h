@@ -35,7 +35,7 @@ struct GpuBackendOptions {
   // workspace stays bounded whatever the corpus size (4 bytes per entry).
   int64_t scan_chunk_entries = int64_t{1} << 22;
   // Score with the Hopper TMA + wgmma kernels where they apply (widths 64 to
-  // 256 that are multiples of 8, at most kMaxTmaSegments segments, batches
+  // 256 that are multiples of 8, at most 1024 segments per search, batches
   // whose staged tiles fit the query buffer); false forces the mma.sync
   // kernels everywhere (tests compare the two).
   bool use_tma = true;
