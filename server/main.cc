@@ -8,9 +8,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/types.h"
+#include "server/scheduler.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -32,10 +34,29 @@ ABSL_FLAG(int32_t, max_top_k, maxsimd::kMaxTopK, "Largest top_k accepted");
 ABSL_FLAG(int32_t, max_batch_queries, 256,
           "Most queries in one RerankBatch request");
 ABSL_FLAG(int64_t, max_queued_queries, 4096,
-          "Most queries waiting for an executor; beyond it requests get "
-          "RESOURCE_EXHAUSTED at once");
+          "Most queries waiting for an executor, all corpora together; beyond "
+          "it requests get RESOURCE_EXHAUSTED at once");
+ABSL_FLAG(int64_t, max_queued_bytes, int64_t{1} << 30,
+          "Most decoded query bytes (Lq * dim * 4 per query) waiting for an "
+          "executor, all corpora together; beyond it RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_queued_queries_per_corpus, 0,
+          "Most queries waiting for an executor on one corpus; 0 = only "
+          "--max_queued_queries applies");
+ABSL_FLAG(int64_t, max_queued_bytes_per_corpus, 0,
+          "Most decoded query bytes waiting for an executor on one corpus; "
+          "0 = only --max_queued_bytes applies");
 ABSL_FLAG(int32_t, batch_max_queries, 64,
           "Most queries the scheduler runs in one backend search");
+ABSL_FLAG(int64_t, batch_max_tokens, 16384,
+          "Most query tokens (sum of Lq) the scheduler runs in one backend "
+          "search; a longer single query still runs, alone");
+ABSL_FLAG(absl::Duration, max_queue_delay, absl::Milliseconds(1),
+          "How long the oldest queued query of a corpus waits for a fuller "
+          "batch before its batch runs; 0 = dispatch at once");
+ABSL_FLAG(absl::Duration, min_execution_time, absl::ZeroDuration(),
+          "Shortest time a batch is expected to take; a queued query whose "
+          "deadline is nearer than this gets DEADLINE_EXCEEDED without "
+          "running");
 ABSL_FLAG(int, executors, 1, "Executor threads feeding the backend");
 ABSL_FLAG(int32_t, max_dim, 4096, "Largest corpus dimension accepted");
 ABSL_FLAG(int32_t, max_doc_tokens, 65536, "Most tokens in one document");
@@ -108,8 +129,20 @@ int main(int argc, char** argv) {
   o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);
   o.admin_limits.max_stream_bytes = absl::GetFlag(FLAGS_max_add_stream_bytes);
   o.scheduler.max_queued_queries = absl::GetFlag(FLAGS_max_queued_queries);
+  o.scheduler.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
+  o.scheduler.max_queued_queries_per_corpus =
+      absl::GetFlag(FLAGS_max_queued_queries_per_corpus);
+  o.scheduler.max_queued_bytes_per_corpus =
+      absl::GetFlag(FLAGS_max_queued_bytes_per_corpus);
   o.scheduler.max_batch_queries = absl::GetFlag(FLAGS_batch_max_queries);
+  o.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_batch_max_tokens);
+  o.scheduler.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
+  o.scheduler.min_execution_time = absl::GetFlag(FLAGS_min_execution_time);
   o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
+  if (absl::Status s = maxsimd::ValidateSchedulerOptions(o.scheduler);
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   o.demo_docs = absl::GetFlag(FLAGS_demo_docs);
 
   // Block the shutdown signals in every thread (they inherit this mask) so

@@ -66,9 +66,15 @@ Metrics::Metrics(prometheus::Registry& registry,
                        .Help("Queries waiting for an executor.")
                        .Register(registry)
                        .Add({})),
+      queue_bytes_(prometheus::BuildGauge()
+                       .Name("maxsimd_queue_bytes")
+                       .Help("Decoded query bytes waiting for an executor.")
+                       .Register(registry)
+                       .Add({})),
       rejected_(prometheus::BuildCounter()
                     .Name("maxsimd_rejected_total")
-                    .Help("Requests refused before they ran, by reason.")
+                    .Help("Queries refused or withdrawn before they ran, by "
+                          "reason.")
                     .Register(registry)) {
   prometheus::BuildGauge()
       .Name("maxsimd_build_info")
@@ -93,8 +99,9 @@ void Metrics::ObserveBatch(int num_queries) {
   batch_queries_.Observe(num_queries);
 }
 
-void Metrics::SetQueueDepth(int64_t depth) {
-  queue_depth_.Set(static_cast<double>(depth));
+void Metrics::SetQueueDepth(int64_t queries, int64_t bytes) {
+  queue_depth_.Set(static_cast<double>(queries));
+  queue_bytes_.Set(static_cast<double>(bytes));
 }
 
 void Metrics::CountRejected(const std::string& reason) {
@@ -112,6 +119,8 @@ std::vector<prometheus::MetricFamily> CorpusCollector::Collect() const {
                              "Deleted documents still stored per corpus.");
   auto segments =
       GaugeFamily("maxsimd_corpus_segments", "Segments per corpus.");
+  auto queued = GaugeFamily("maxsimd_corpus_queue_depth",
+                            "Queries waiting for an executor per corpus.");
   for (const auto& corpus : corpora_->List()) {
     const auto snap = corpus->Snapshot();
     std::vector<prometheus::ClientMetric::Label> l{
@@ -121,8 +130,15 @@ std::vector<prometheus::MetricFamily> CorpusCollector::Collect() const {
     AddGauge(bytes, static_cast<double>(snap->bytes()), l);
     AddGauge(deleted, static_cast<double>(snap->deleted_docs()), l);
     AddGauge(segments, static_cast<double>(snap->segments().size()), l);
+    if (queue_depth_) {
+      AddGauge(queued, static_cast<double>(queue_depth_(corpus->config().name)),
+               l);
+    }
   }
-  return {docs, tokens, bytes, deleted, segments};
+  std::vector<prometheus::MetricFamily> out{docs, tokens, bytes, deleted,
+                                            segments};
+  if (queue_depth_) out.push_back(std::move(queued));
+  return out;
 }
 
 ProcessCollector::ProcessCollector() {

@@ -11,8 +11,11 @@
 #ifndef MAXSIMD_SERVER_METRICS_H_
 #define MAXSIMD_SERVER_METRICS_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "prometheus/collectable.h"
@@ -36,13 +39,17 @@ class Metrics {
   // the canonical status code name ("OK", "INVALID_ARGUMENT", ...).
   void ObserveRequest(const std::string& method, const std::string& code,
                       double seconds);
-  // Time spent in one pipeline stage ("queue", "h2d", "kernel", "topk",
-  // "compute"), per query.
+  // Time one query spent in a pipeline stage: "queue" (Submit to batch
+  // start), "compute" (the batch's backend search), its parts "h2d",
+  // "kernel", "topk", "d2h", and "total" (Submit to answer).
   void ObserveStage(const std::string& stage, double seconds);
   void ObserveBatch(int num_queries);
-  void SetQueueDepth(int64_t depth);
-  // A request refused before it ran; reason: "queue_full", "deadline",
-  // "cancelled", "draining".
+  // Queries waiting for an executor, and their decoded query bytes.
+  void SetQueueDepth(int64_t queries, int64_t bytes);
+  // A query refused or withdrawn before it ran. reason: the limit that
+  // refused it ("max_queued_queries", "max_queued_bytes",
+  // "max_queued_queries_per_corpus", "max_queued_bytes_per_corpus"), or
+  // "deadline", "cancelled", "draining".
   void CountRejected(const std::string& reason);
 
  private:
@@ -51,20 +58,29 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& stage_duration_;
   prometheus::Histogram& batch_queries_;
   prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& queue_bytes_;
   prometheus::Family<prometheus::Counter>& rejected_;
 };
 
 // Scrape-time gauges per corpus: maxsimd_corpus_documents,
 // maxsimd_corpus_tokens, maxsimd_corpus_bytes,
-// maxsimd_corpus_deleted_documents, maxsimd_corpus_segments, all labelled
+// maxsimd_corpus_deleted_documents, maxsimd_corpus_segments and, when a
+// queue depth source is given, maxsimd_corpus_queue_depth, all labelled
 // {corpus}.
 class CorpusCollector : public prometheus::Collectable {
  public:
-  explicit CorpusCollector(const CorpusRegistry* corpora) : corpora_(corpora) {}
+  // Queries queued for one corpus; called at scrape time from the scraping
+  // thread, so it must be thread-safe.
+  using QueueDepthFn = std::function<int64_t(const std::string& corpus)>;
+
+  explicit CorpusCollector(const CorpusRegistry* corpora,
+                           QueueDepthFn queue_depth = nullptr)
+      : corpora_(corpora), queue_depth_(std::move(queue_depth)) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   const CorpusRegistry* corpora_;
+  QueueDepthFn queue_depth_;
 };
 
 // Standard process metrics read from /proc at scrape time:

@@ -48,7 +48,7 @@ RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
 
 absl::StatusOr<QueryTask> RerankerService::Prepare(
     const v1::RerankRequest& request, absl::string_view field,
-    grpc::CallbackServerContext* ctx, absl::Time arrival) const {
+    grpc::CallbackServerContext* ctx, uint64_t cancel_key) const {
   auto corpus = corpora_->Get(request.corpus());
   if (!corpus.ok()) {
     return absl::Status(
@@ -60,22 +60,46 @@ absl::StatusOr<QueryTask> RerankerService::Prepare(
   task.snapshot = (*corpus)->Snapshot();
   MAXSIMD_ASSIGN_OR_RETURN(
       task.query, DecodeQuery(request, *task.snapshot, limits_, field));
-  task.arrival = arrival;
   task.deadline = DeadlineOf(*ctx);
+  task.cancel_key = cancel_key;
   task.is_cancelled = [ctx] { return ctx->IsCancelled(); };
   return task;
 }
+
+namespace {
+
+// The reactor of one unary call. When the client cancels the call or its
+// deadline passes, gRPC calls OnCancel, which withdraws the call's queries
+// that are still queued; their `done` then answers the call at once. Deletes
+// itself in OnDone, which gRPC calls after Finish and after any OnCancel.
+class UnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit UnaryReactor(Scheduler* scheduler)
+      : scheduler_(scheduler), cancel_key_(scheduler->NewCancelKey()) {}
+
+  uint64_t cancel_key() const { return cancel_key_; }
+
+  void OnCancel() override { scheduler_->Cancel(cancel_key_); }
+  void OnDone() override { delete this; }
+
+ private:
+  Scheduler* const scheduler_;
+  const uint64_t cancel_key_;
+};
+
+}  // namespace
 
 grpc::ServerUnaryReactor* RerankerService::Rerank(
     grpc::CallbackServerContext* ctx, const v1::RerankRequest* request,
     v1::RerankResponse* response) {
   const absl::Time arrival = absl::Now();
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto* reactor = new UnaryReactor(scheduler_);
   auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
     ObserveCall(metrics, "Rerank", arrival, s);
     reactor->Finish(ToGrpcStatus(s));
   };
-  absl::StatusOr<QueryTask> task = Prepare(*request, "", ctx, arrival);
+  absl::StatusOr<QueryTask> task =
+      Prepare(*request, "", ctx, reactor->cancel_key());
   if (!task.ok()) {
     finish(task.status());
     return reactor;
@@ -96,7 +120,7 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
     grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
     v1::RerankBatchResponse* response) {
   const absl::Time arrival = absl::Now();
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto* reactor = new UnaryReactor(scheduler_);
   auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
     ObserveCall(metrics, "RerankBatch", arrival, s);
     reactor->Finish(ToGrpcStatus(s));
@@ -119,8 +143,9 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
   std::vector<QueryTask> tasks;
   tasks.reserve(n);
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<QueryTask> task = Prepare(
-        request->queries(i), absl::StrCat("queries[", i, "]"), ctx, arrival);
+    absl::StatusOr<QueryTask> task =
+        Prepare(request->queries(i), absl::StrCat("queries[", i, "]"), ctx,
+                reactor->cancel_key());
     if (!task.ok()) {
       finish(task.status());
       return reactor;
@@ -162,7 +187,10 @@ class StreamReactor final
     : public grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse> {
  public:
   StreamReactor(RerankerService* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx), start_(absl::Now()) {
+      : service_(service),
+        ctx_(ctx),
+        start_(absl::Now()),
+        cancel_key_(service->scheduler()->NewCancelKey()) {
     StartRead(&request_);
   }
 
@@ -176,7 +204,7 @@ class StreamReactor final
     const absl::Time arrival = absl::Now();
     const std::string request_id = request_.request_id();
     absl::StatusOr<QueryTask> task =
-        service_->Prepare(request_, "", ctx_, arrival);
+        service_->Prepare(request_, "", ctx_, cancel_key_);
     if (task.ok()) {
       {
         absl::MutexLock lock(&mu_);
@@ -218,8 +246,12 @@ class StreamReactor final
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    broken_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+    }
+    // Without mu_: the withdrawn queries' `done` calls Answer().
+    service_->scheduler()->Cancel(cancel_key_);
   }
 
   void OnDone() override {
@@ -264,6 +296,7 @@ class StreamReactor final
   RerankerService* const service_;
   grpc::CallbackServerContext* const ctx_;
   const absl::Time start_;
+  const uint64_t cancel_key_;  // for every query this stream submits
   v1::RerankRequest request_;  // the read in flight; reads are sequential
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,7 +5,9 @@
 // and returns. The scheduler's executor calls each task's `done`, which fills
 // the response and Finish()es the RPC (see scheduler.h for who owns a
 // request at each step). A request that fails validation or is refused by
-// the scheduler is finished at once and nothing is queued.
+// the scheduler is finished at once and nothing is queued. When the client
+// cancels a call (or its deadline passes), the reactor's OnCancel withdraws
+// the call's still-queued queries from the scheduler (Scheduler::Cancel).
 //
 // Thread-safety: the service object is shared by all gRPC threads; it holds
 // only pointers to thread-safe components.
@@ -38,11 +40,11 @@ class RerankerService final : public v1::Reranker::CallbackService {
       grpc::CallbackServerContext* ctx) override;
 
   // Decodes one request into a task (without `done`). `field` prefixes
-  // error messages.
+  // error messages; `cancel_key` is the call's Scheduler cancel key.
   absl::StatusOr<QueryTask> Prepare(const v1::RerankRequest& request,
                                     absl::string_view field,
                                     grpc::CallbackServerContext* ctx,
-                                    absl::Time arrival) const;
+                                    uint64_t cancel_key) const;
 
   Scheduler* scheduler() const { return scheduler_; }
   Metrics* metrics() const { return metrics_; }

@@ -1,14 +1,93 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace maxsimd {
+namespace {
+
+// Bytes a queued task holds: its decoded fp32 query tensor.
+int64_t TaskBytes(const QueryTask& t) {
+  return static_cast<int64_t>(t.query.tokens.size() * sizeof(float));
+}
+
+int64_t TaskCandidates(const QueryTask& t) {
+  return static_cast<int64_t>(t.query.candidates.size());
+}
+
+const std::string& CorpusOf(const QueryTask& t) {
+  return t.snapshot->config().name;
+}
+
+absl::Status OutOfRange(absl::string_view flag, absl::string_view rule,
+                        absl::string_view value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", rule, "; got ", value));
+}
+
+bool IsNonNegativeFinite(absl::Duration d) {
+  return d >= absl::ZeroDuration() && d != absl::InfiniteDuration();
+}
+
+}  // namespace
+
+absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
+  if (o.num_executors < 1) {
+    return OutOfRange("executors", "at least 1", absl::StrCat(o.num_executors));
+  }
+  if (o.max_batch_queries < 1) {
+    return OutOfRange("batch_max_queries", "at least 1",
+                      absl::StrCat(o.max_batch_queries));
+  }
+  if (o.max_batch_tokens < 1) {
+    return OutOfRange("batch_max_tokens", "at least 1",
+                      absl::StrCat(o.max_batch_tokens));
+  }
+  if (!IsNonNegativeFinite(o.max_queue_delay)) {
+    return OutOfRange("max_queue_delay", "finite and not negative",
+                      absl::FormatDuration(o.max_queue_delay));
+  }
+  if (!IsNonNegativeFinite(o.min_execution_time)) {
+    return OutOfRange("min_execution_time", "finite and not negative",
+                      absl::FormatDuration(o.min_execution_time));
+  }
+  if (o.max_queued_queries < 1) {
+    return OutOfRange("max_queued_queries", "at least 1",
+                      absl::StrCat(o.max_queued_queries));
+  }
+  if (o.max_queued_bytes < 1) {
+    return OutOfRange("max_queued_bytes", "at least 1",
+                      absl::StrCat(o.max_queued_bytes));
+  }
+  if (o.max_queued_queries_per_corpus < 0) {
+    return OutOfRange("max_queued_queries_per_corpus", "0 (no limit) or more",
+                      absl::StrCat(o.max_queued_queries_per_corpus));
+  }
+  if (o.max_queued_bytes_per_corpus < 0) {
+    return OutOfRange("max_queued_bytes_per_corpus", "0 (no limit) or more",
+                      absl::StrCat(o.max_queued_bytes_per_corpus));
+  }
+  return absl::OkStatus();
+}
 
 Scheduler::Scheduler(Backend* backend, const SchedulerOptions& options,
-                     Metrics* metrics)
-    : backend_(backend), options_(options), metrics_(metrics) {
+                     Metrics* metrics, const Clock* clock)
+    : backend_(backend),
+      options_(options),
+      metrics_(metrics),
+      clock_(clock != nullptr ? clock : RealClock()),
+      batch_queries_(
+          std::max(1, std::min(options.max_batch_queries,
+                               backend->limits().max_batch_queries))),
+      batch_tokens_(std::max<int64_t>(
+          1, std::min(options.max_batch_tokens,
+                      backend->limits().max_batch_query_tokens))),
+      batch_candidates_(
+          std::max<int64_t>(1, backend->limits().max_batch_candidates)) {
+  absl::MutexLock lock(&shutdown_mu_);
   for (int i = 0; i < std::max(1, options_.num_executors); ++i) {
     executors_.emplace_back([this] { ExecutorLoop(); });
   }
@@ -17,29 +96,143 @@ Scheduler::Scheduler(Backend* backend, const SchedulerOptions& options,
 Scheduler::~Scheduler() { Shutdown(); }
 
 absl::Status Scheduler::Submit(std::vector<QueryTask> tasks) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].snapshot == nullptr || !tasks[i].done) {
+      return absl::InternalError(
+          absl::StrCat("Scheduler::Submit: tasks[", i, "] has no ",
+                       tasks[i].snapshot == nullptr ? "snapshot" : "done"));
+    }
+  }
+  if (tasks.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     if (metrics_) metrics_->CountRejected("draining");
     return absl::UnavailableError("the server is shutting down");
   }
-  const int64_t depth = static_cast<int64_t>(queue_.size());
-  if (depth + static_cast<int64_t>(tasks.size()) >
-      options_.max_queued_queries) {
-    if (metrics_) metrics_->CountRejected("queue_full");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the query queue holds ", depth, " queries; --max_queued_queries is ",
-        options_.max_queued_queries));
+  const absl::Status admitted = CheckLimitsLocked(tasks);
+  if (!admitted.ok()) return admitted;
+  const absl::Time now = clock_->Now();
+  for (QueryTask& t : tasks) {
+    CorpusQueue& queue = queues_[CorpusOf(t)];
+    const int kind = t.query.scan ? kScan : kRerank;
+    Lane& lane = queue.lanes[kind];
+    Entry e;
+    e.enqueued = now;
+    e.expires = t.deadline - options_.min_execution_time;
+    e.bytes = TaskBytes(t);
+    lane.tokens += t.query.num_tokens;
+    lane.candidates += TaskCandidates(t);
+    lane.enqueued.insert(now);
+    if (e.expires != absl::InfiniteFuture()) expiries_.insert(e.expires);
+    queue.queries += 1;
+    queue.bytes += e.bytes;
+    queued_queries_ += 1;
+    queued_bytes_ += e.bytes;
+    const Order order{t.priority, next_seq_++};
+    e.task = std::move(t);
+    lane.tasks.emplace(order, std::move(e));
   }
-  for (QueryTask& t : tasks) queue_.push_back(std::move(t));
-  if (metrics_) metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+  ++generation_;
+  PublishDepthLocked();
   return absl::OkStatus();
 }
 
-void Scheduler::Shutdown() {
+absl::Status Scheduler::CheckLimitsLocked(
+    const std::vector<QueryTask>& tasks) const {
+  // What this call adds, in total and per corpus.
+  const int64_t queries = static_cast<int64_t>(tasks.size());
+  int64_t bytes = 0;
+  std::map<absl::string_view, std::pair<int64_t, int64_t>> per_corpus;
+  for (const QueryTask& t : tasks) {
+    bytes += TaskBytes(t);
+    auto& [q, b] = per_corpus[CorpusOf(t)];
+    q += 1;
+    b += TaskBytes(t);
+  }
+  auto refuse = [this](absl::string_view limit, int64_t value,
+                       absl::string_view what) {
+    if (metrics_) metrics_->CountRejected(std::string(limit));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, "; --", limit, " is ", value));
+  };
+  if (queued_queries_ + queries > options_.max_queued_queries) {
+    return refuse(
+        "max_queued_queries", options_.max_queued_queries,
+        absl::StrCat(queued_queries_,
+                     " queries are queued and the request adds ", queries));
+  }
+  if (queued_bytes_ + bytes > options_.max_queued_bytes) {
+    return refuse(
+        "max_queued_bytes", options_.max_queued_bytes,
+        absl::StrCat(queued_bytes_,
+                     " query bytes are queued and the request adds ", bytes));
+  }
+  for (const auto& [corpus, demand] : per_corpus) {
+    const auto it = queues_.find(corpus);
+    const int64_t have_queries = it == queues_.end() ? 0 : it->second.queries;
+    const int64_t have_bytes = it == queues_.end() ? 0 : it->second.bytes;
+    if (options_.max_queued_queries_per_corpus > 0 &&
+        have_queries + demand.first > options_.max_queued_queries_per_corpus) {
+      return refuse(
+          "max_queued_queries_per_corpus",
+          options_.max_queued_queries_per_corpus,
+          absl::StrCat("corpus \"", corpus, "\" has ", have_queries,
+                       " queries queued and the request adds ", demand.first));
+    }
+    if (options_.max_queued_bytes_per_corpus > 0 &&
+        have_bytes + demand.second > options_.max_queued_bytes_per_corpus) {
+      return refuse("max_queued_bytes_per_corpus",
+                    options_.max_queued_bytes_per_corpus,
+                    absl::StrCat("corpus \"", corpus, "\" has ", have_bytes,
+                                 " query bytes queued and the request adds ",
+                                 demand.second));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Scheduler::Cancel(uint64_t key) {
+  if (key == 0) return 0;
+  std::vector<Entry> removed;
+  absl::Time now;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && executors_.empty()) return;
+    now = clock_->Now();
+    for (auto queue = queues_.begin(); queue != queues_.end();) {
+      for (int kind : {kScan, kRerank}) {
+        auto& tasks = queue->second.lanes[kind].tasks;
+        for (auto it = tasks.begin(); it != tasks.end();) {
+          const auto next = std::next(it);
+          if (it->second.task.cancel_key == key) {
+            removed.push_back(RemoveLocked(queue->second, kind, it));
+          }
+          it = next;
+        }
+      }
+      queue =
+          queue->second.queries == 0 ? queues_.erase(queue) : std::next(queue);
+    }
+    if (!removed.empty()) PublishDepthLocked();
+  }
+  for (Entry& e : removed) {
+    if (now >= e.task.deadline) {
+      if (metrics_) metrics_->CountRejected("deadline");
+      e.task.done(absl::DeadlineExceededError(
+          "the deadline passed while the query was queued"));
+    } else {
+      if (metrics_) metrics_->CountRejected("cancelled");
+      e.task.done(absl::CancelledError("the client cancelled the request"));
+    }
+  }
+  return static_cast<int>(removed.size());
+}
+
+void Scheduler::Shutdown() {
+  absl::MutexLock shutdown(&shutdown_mu_);
+  {
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
+    ++generation_;
   }
   for (std::thread& t : executors_) {
     if (t.joinable()) t.join();
@@ -49,87 +242,210 @@ void Scheduler::Shutdown() {
 
 int64_t Scheduler::queued() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(queue_.size());
+  return queued_queries_;
 }
 
-std::vector<QueryTask> Scheduler::TakeBatch() {
-  std::vector<QueryTask> batch;
-  const CorpusSnapshot* snapshot = queue_.front().snapshot.get();
-  const bool scan = queue_.front().query.scan;
-  const BackendLimits& limits = backend_->limits();
-  const int32_t max_queries =
-      std::min(options_.max_batch_queries, limits.max_batch_queries);
+int64_t Scheduler::queued(absl::string_view corpus) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = queues_.find(corpus);
+  return it == queues_.end() ? 0 : it->second.queries;
+}
+
+int64_t Scheduler::queued_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return queued_bytes_;
+}
+
+Scheduler::Entry Scheduler::RemoveLocked(CorpusQueue& queue, int kind,
+                                         std::map<Order, Entry>::iterator it) {
+  Lane& lane = queue.lanes[kind];
+  Entry e = std::move(it->second);
+  lane.tasks.erase(it);
+  lane.tokens -= e.task.query.num_tokens;
+  lane.candidates -= TaskCandidates(e.task);
+  lane.enqueued.erase(lane.enqueued.find(e.enqueued));
+  if (e.expires != absl::InfiniteFuture()) {
+    expiries_.erase(expiries_.find(e.expires));
+  }
+  queue.queries -= 1;
+  queue.bytes -= e.bytes;
+  queued_queries_ -= 1;
+  queued_bytes_ -= e.bytes;
+  return e;
+}
+
+bool Scheduler::LaneReadyLocked(const Lane& lane, absl::Time now) const {
+  if (lane.tasks.empty()) return false;
+  return stopping_ ||
+         static_cast<int64_t>(lane.tasks.size()) >= batch_queries_ ||
+         lane.tokens >= batch_tokens_ || lane.candidates >= batch_candidates_ ||
+         now >= *lane.enqueued.begin() + options_.max_queue_delay;
+}
+
+absl::Time Scheduler::NextWakeLocked() const {
+  absl::Time next =
+      expiries_.empty() ? absl::InfiniteFuture() : *expiries_.begin();
+  for (const auto& [name, queue] : queues_) {
+    for (const Lane& lane : queue.lanes) {
+      if (lane.tasks.empty()) continue;
+      next = std::min(next, *lane.enqueued.begin() + options_.max_queue_delay);
+    }
+  }
+  return next;
+}
+
+std::vector<Scheduler::Entry> Scheduler::TakeBatchLocked(absl::Time now) {
+  // Round-robin: start after the corpus served last, wrap around once.
+  auto queue = queues_.upper_bound(last_served_);
+  for (size_t i = 0; i < queues_.size(); ++i, ++queue) {
+    if (queue == queues_.end()) queue = queues_.begin();
+    CorpusQueue& q = queue->second;
+    for (int k = 0; k < 2; ++k) {
+      const int kind = (q.next_lane + k) % 2;
+      if (!LaneReadyLocked(q.lanes[kind], now)) continue;
+      last_served_ = queue->first;
+      q.next_lane = 1 - kind;
+      return TakeFromLaneLocked(queue, kind);
+    }
+  }
+  return {};
+}
+
+std::vector<Scheduler::Entry> Scheduler::TakeFromLaneLocked(
+    QueueMap::iterator queue, int kind) {
+  CorpusQueue& q = queue->second;
+  auto& tasks = q.lanes[kind].tasks;
+  const CorpusSnapshot* snapshot = tasks.begin()->second.task.snapshot.get();
+  std::vector<Entry> batch;
   int64_t tokens = 0;
   int64_t candidates = 0;
-  for (auto it = queue_.begin();
-       it != queue_.end() &&
-       static_cast<int32_t>(batch.size()) < max_queries;) {
-    const DecodedQuery& q = it->query;
-    const bool fits = tokens + q.num_tokens <= limits.max_batch_query_tokens &&
-                      candidates + static_cast<int64_t>(q.candidates.size()) <=
-                          limits.max_batch_candidates;
-    if (it->snapshot.get() != snapshot || q.scan != scan ||
-        (!batch.empty() && !fits)) {
+  for (auto it = tasks.begin();
+       it != tasks.end() &&
+       static_cast<int64_t>(batch.size()) < batch_queries_;) {
+    const QueryTask& t = it->second.task;
+    // A task of another snapshot of this corpus runs in a batch of its own.
+    if (t.snapshot.get() != snapshot) {
       ++it;
       continue;
     }
-    tokens += q.num_tokens;
-    candidates += static_cast<int64_t>(q.candidates.size());
-    batch.push_back(std::move(*it));
-    it = queue_.erase(it);
+    // The first task always goes; after it, the batch closes at the first
+    // task that does not fit, which keeps FIFO order within a priority.
+    if (!batch.empty() &&
+        (tokens + t.query.num_tokens > batch_tokens_ ||
+         candidates + TaskCandidates(t) > batch_candidates_)) {
+      break;
+    }
+    tokens += t.query.num_tokens;
+    candidates += TaskCandidates(t);
+    const auto next = std::next(it);
+    batch.push_back(RemoveLocked(q, kind, it));
+    it = next;
   }
+  if (q.queries == 0) queues_.erase(queue);
   return batch;
+}
+
+void Scheduler::SweepExpiredLocked(absl::Time now,
+                                   std::vector<Entry>* expired) {
+  if (expiries_.empty() || now < *expiries_.begin()) return;
+  for (auto queue = queues_.begin(); queue != queues_.end();) {
+    for (int kind : {kScan, kRerank}) {
+      auto& tasks = queue->second.lanes[kind].tasks;
+      for (auto it = tasks.begin(); it != tasks.end();) {
+        const auto next = std::next(it);
+        if (now >= it->second.expires) {
+          expired->push_back(RemoveLocked(queue->second, kind, it));
+        }
+        it = next;
+      }
+    }
+    queue =
+        queue->second.queries == 0 ? queues_.erase(queue) : std::next(queue);
+  }
+}
+
+void Scheduler::PublishDepthLocked() const {
+  if (metrics_) metrics_->SetQueueDepth(queued_queries_, queued_bytes_);
 }
 
 void Scheduler::ExecutorLoop() {
   for (;;) {
-    std::vector<QueryTask> batch;
+    std::vector<Entry> expired;
+    std::vector<Entry> batch;
+    absl::Time now;
+    bool exit = false;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Scheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->stopping_ || !s->queue_.empty();
-          },
-          this));
-      if (queue_.empty()) return;  // stopping and drained
-      batch = TakeBatch();
-      if (metrics_)
-        metrics_->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+      for (;;) {
+        now = clock_->Now();
+        SweepExpiredLocked(now, &expired);
+        batch = TakeBatchLocked(now);
+        if (!expired.empty() || !batch.empty()) break;
+        if (stopping_ && queued_queries_ == 0) {
+          exit = true;
+          break;
+        }
+        // Nothing is ready: sleep until new work, Shutdown(), or the next
+        // window or expiry comes due.
+        struct Seen {
+          const Scheduler* scheduler;
+          uint64_t generation;
+        } seen{this, generation_};
+        clock_->AwaitWithDeadline(
+            &mu_,
+            absl::Condition(
+                +[](Seen* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->scheduler->mu_) {
+                  return s->scheduler->generation_ != s->generation;
+                },
+                &seen),
+            NextWakeLocked());
+      }
+      PublishDepthLocked();
     }
-    RunBatch(std::move(batch));
+    AnswerExpired(std::move(expired), now);
+    if (!batch.empty()) RunBatch(std::move(batch), now);
+    if (exit) return;
   }
 }
 
-void Scheduler::RunBatch(std::vector<QueryTask> batch) {
-  const absl::Time start = absl::Now();
-  // Expired and cancelled queries leave without running.
-  std::vector<QueryTask> live;
-  for (QueryTask& t : batch) {
-    if (start > t.deadline) {
-      if (metrics_) metrics_->CountRejected("deadline");
-      t.done(absl::DeadlineExceededError(
-          "the deadline passed while the query was queued"));
-    } else if (t.is_cancelled && t.is_cancelled()) {
+void Scheduler::AnswerExpired(std::vector<Entry> expired, absl::Time now) {
+  for (Entry& e : expired) {
+    if (metrics_) metrics_->CountRejected("deadline");
+    e.task.done(absl::DeadlineExceededError(
+        now >= e.task.deadline
+            ? std::string("the deadline passed while the query was queued")
+            : absl::StrCat("the deadline is less than --min_execution_time (",
+                           absl::FormatDuration(options_.min_execution_time),
+                           ") away; the query could not finish in time")));
+  }
+}
+
+void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
+  // Cancelled queries leave without running.
+  std::vector<Entry> live;
+  live.reserve(batch.size());
+  for (Entry& e : batch) {
+    if (e.task.is_cancelled && e.task.is_cancelled()) {
       if (metrics_) metrics_->CountRejected("cancelled");
-      t.done(absl::CancelledError("the client cancelled the request"));
+      e.task.done(absl::CancelledError("the client cancelled the request"));
     } else {
-      live.push_back(std::move(t));
+      live.push_back(std::move(e));
     }
   }
   if (live.empty()) return;
 
-  const CorpusSnapshot& snapshot = *live.front().snapshot;
+  const CorpusSnapshot& snapshot = *live.front().task.snapshot;
   SearchBatch search;
   search.dim = snapshot.config().dim;
   search.refs = snapshot.SegmentRefs();
-  const bool rerank = !live.front().query.scan;
+  const bool rerank = !live.front().task.query.scan;
   if (rerank) search.cand_offsets = {0};
-  for (const QueryTask& t : live) {
-    search.AddQuery(t.query.tokens, t.query.top_k);
+  for (const Entry& e : live) {
+    const DecodedQuery& q = e.task.query;
+    search.AddQuery(q.tokens, q.top_k);
     if (rerank) {
-      search.candidates.insert(search.candidates.end(),
-                               t.query.candidates.begin(),
-                               t.query.candidates.end());
+      search.candidates.insert(search.candidates.end(), q.candidates.begin(),
+                               q.candidates.end());
       search.cand_offsets.push_back(
           static_cast<int64_t>(search.candidates.size()));
     }
@@ -139,12 +455,12 @@ void Scheduler::RunBatch(std::vector<QueryTask> batch) {
   SearchTiming timing;
   const absl::Status status =
       backend_->Search(params, absl::MakeSpan(results), &timing);
-  const absl::Time end = absl::Now();
+  const absl::Time end = clock_->Now();
   if (metrics_) metrics_->ObserveBatch(static_cast<int>(live.size()));
   for (size_t i = 0; i < live.size(); ++i) {
-    QueryTask& t = live[i];
+    Entry& e = live[i];
     if (!status.ok()) {
-      t.done(status);
+      e.task.done(status);
       continue;
     }
     QueryOutcome out;
@@ -152,7 +468,7 @@ void Scheduler::RunBatch(std::vector<QueryTask> batch) {
     for (const ScoredDoc& d : results[i]) {
       out.results.push_back({snapshot.IdOf(d.index), d.score});
     }
-    out.queue_ns = absl::ToInt64Nanoseconds(start - t.arrival);
+    out.queue_ns = absl::ToInt64Nanoseconds(start - e.enqueued);
     out.compute_ns = absl::ToInt64Nanoseconds(end - start);
     out.h2d_ns = timing.h2d_ns;
     out.kernel_ns = timing.kernel_ns;
@@ -161,9 +477,13 @@ void Scheduler::RunBatch(std::vector<QueryTask> batch) {
     if (metrics_) {
       metrics_->ObserveStage("queue", out.queue_ns * 1e-9);
       metrics_->ObserveStage("compute", out.compute_ns * 1e-9);
+      metrics_->ObserveStage("h2d", out.h2d_ns * 1e-9);
       metrics_->ObserveStage("kernel", out.kernel_ns * 1e-9);
+      metrics_->ObserveStage("topk", out.topk_ns * 1e-9);
+      metrics_->ObserveStage("d2h", timing.d2h_ns * 1e-9);
+      metrics_->ObserveStage("total", absl::ToDoubleSeconds(end - e.enqueued));
     }
-    t.done(std::move(out));
+    e.task.done(std::move(out));
   }
 }
 

@@ -1,38 +1,68 @@
-// The scheduler: a bounded queue of decoded queries and the executor threads
-// that batch them into backend searches.
+// The scheduler: per-corpus queues of decoded queries, the batching window,
+// admission limits, and the executor threads that run batches as backend
+// searches.
 //
 // Ownership of a request, step by step:
 //   1. The transport (a gRPC reactor) validates and decodes the request, then
 //      hands its QueryTasks to Submit(). If Submit() fails, nothing was
 //      queued and the transport still owns the request and answers it.
 //   2. Once Submit() succeeds the scheduler owns the tasks: exactly one call
-//      of each task's `done` will follow, from an executor thread, with the
-//      ranking, DEADLINE_EXCEEDED (the deadline passed while queued: the
-//      query never runs), CANCELLED, or the backend's error.
+//      of each task's `done` will follow, with the ranking,
+//      DEADLINE_EXCEEDED (the deadline passed, or is nearer than
+//      min_execution_time, while queued: the query never runs), CANCELLED,
+//      or the backend's error. `done` runs on an executor thread, except for
+//      tasks withdrawn by Cancel(), whose `done` runs on Cancel()'s caller.
 //   3. `done` hands the result back to the transport, which finishes the RPC.
 //
-// Batching: an executor takes the oldest task and every other queued task
-// that reads the same corpus snapshot and is of the same kind (scan or
-// rerank), up to max_batch_queries and the backend's limits, and runs them
-// as one Search(). Tasks of one Submit() call stay together when they fit.
+// Queues and batching: there is one queue per corpus (by corpus name), split
+// into a scan lane and a rerank lane, because scan and rerank queries never
+// share a backend search. Within a lane, tasks are ordered by priority
+// (higher first) and then by submission order; the tasks of one Submit() call
+// (of one priority) are adjacent, so they stay together when they fit in one
+// batch. A lane is
+// ready when it holds max_batch_queries queries, or max_batch_tokens query
+// tokens, or its oldest task has waited max_queue_delay (0: at once), or the
+// scheduler is shutting down. An executor then takes the lane's first task
+// and the tasks after it that read the same corpus snapshot, and stops at
+// the first one that would take the batch over any of those limits or the
+// backend's.
 //
-// Thread-safety: thread-safe. `done` runs without mu_ held.
+// Fairness: executors serve ready corpora round-robin (one batch per corpus
+// per turn), and within a corpus alternate between its scan and rerank
+// lanes, so a ready corpus waits for at most one batch of each other ready
+// corpus, however much work those hold.
+//
+// Back-pressure: Submit() refuses at once, with RESOURCE_EXHAUSTED naming the
+// limit, work that would take the queued queries or queued query bytes
+// (decoded fp32 query tensors) over their total or per-corpus limit.
+//
+// Time: every time the scheduler acts on comes from the injected Clock, and
+// executors block only in Clock::AwaitWithDeadline, woken by new work, by
+// Shutdown(), or when the earliest batching window or task expiry comes due.
+//
+// Thread-safety: thread-safe. `done` and `is_cancelled` never run with mu_
+// held.
 #ifndef MAXSIMD_SERVER_SCHEDULER_H_
 #define MAXSIMD_SERVER_SCHEDULER_H_
 
+#include <array>
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "index/corpus.h"
 #include "kernels/backend.h"
+#include "server/clock.h"
 #include "server/metrics.h"
 #include "server/request_decoder.h"
 
@@ -43,11 +73,12 @@ struct RankedDocument {
   float score = 0.f;
 };
 
-// The answer to one query, with where its time went (nanoseconds).
+// The answer to one query, with where its time went (nanoseconds, measured
+// on the scheduler's clock).
 struct QueryOutcome {
   std::vector<RankedDocument> results;
-  int64_t queue_ns = 0;
-  int64_t compute_ns = 0;
+  int64_t queue_ns = 0;    // Submit() to the start of its batch
+  int64_t compute_ns = 0;  // the batch's backend search
   int64_t h2d_ns = 0;
   int64_t kernel_ns = 0;
   int64_t topk_ns = 0;
@@ -55,52 +86,173 @@ struct QueryOutcome {
 };
 
 struct QueryTask {
+  // The corpus state the query runs against; its config().name picks the
+  // queue. Required.
   std::shared_ptr<const CorpusSnapshot> snapshot;
   DecodedQuery query;
-  absl::Time arrival = absl::Now();
-  absl::Time deadline = absl::InfiniteFuture();
-  std::function<bool()> is_cancelled;  // optional; polled before running
+  absl::Time deadline = absl::InfiniteFuture();  // on the scheduler's clock
+  // Higher runs first within its corpus queue; FIFO within one priority.
+  int32_t priority = 0;
+  // Cancel(cancel_key) withdraws every queued task carrying this key; 0 = no
+  // key. Keys come from Scheduler::NewCancelKey().
+  uint64_t cancel_key = 0;
+  // Optional; polled when the task is taken into a batch. Must be cheap and
+  // must not block or call into the scheduler.
+  std::function<bool()> is_cancelled;
   std::function<void(absl::StatusOr<QueryOutcome>)> done;  // required
 };
 
 struct SchedulerOptions {
   int num_executors = 1;
-  int64_t max_queued_queries = 4096;
+
+  // A batch of one (corpus, kind) closes at whichever comes first. A single
+  // query over max_batch_tokens still runs, alone.
   int32_t max_batch_queries = 64;
+  int64_t max_batch_tokens = 16384;
+  absl::Duration max_queue_delay = absl::Milliseconds(1);  // 0: at once
+
+  // A queued query whose deadline is nearer than this is answered
+  // DEADLINE_EXCEEDED without running: it could not finish in time.
+  absl::Duration min_execution_time = absl::ZeroDuration();
+
+  // Admission limits. Bytes are decoded fp32 query tensor bytes
+  // (num_tokens * dim * 4). A per-corpus limit of 0 means only the total
+  // applies.
+  int64_t max_queued_queries = 4096;
+  int64_t max_queued_bytes = int64_t{1} << 30;
+  int64_t max_queued_queries_per_corpus = 0;
+  int64_t max_queued_bytes_per_corpus = 0;
 };
+
+// INVALID_ARGUMENT naming the flag of the first option out of range.
+absl::Status ValidateSchedulerOptions(const SchedulerOptions& options);
 
 class Scheduler {
  public:
-  // `backend` must outlive the scheduler; `metrics` may be null.
-  Scheduler(Backend* backend, const SchedulerOptions& options,
-            Metrics* metrics);
+  // `backend` must outlive the scheduler; `metrics` may be null; `clock`
+  // null means RealClock(), else it must outlive the scheduler. `options`
+  // must pass ValidateSchedulerOptions().
+  Scheduler(Backend* backend, const SchedulerOptions& options, Metrics* metrics,
+            const Clock* clock = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues every task or none. Errors: RESOURCE_EXHAUSTED when the queue
-  // would exceed max_queued_queries, UNAVAILABLE after Shutdown() began.
+  // Queues every task or none. Errors: RESOURCE_EXHAUSTED when a queue limit
+  // would be exceeded (the message names the limit and its value),
+  // UNAVAILABLE after Shutdown() began, INTERNAL for a task without `done`
+  // or `snapshot` (a transport bug).
   absl::Status Submit(std::vector<QueryTask> tasks) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Refuses new work, runs everything already queued, and joins the
-  // executors. Idempotent.
+  // A key no other Cancel() group has, for QueryTask::cancel_key.
+  uint64_t NewCancelKey() { return next_cancel_key_.fetch_add(1); }
+
+  // Withdraws every still-queued task whose cancel_key is `key` and answers
+  // it on this thread: CANCELLED, or DEADLINE_EXCEEDED if its deadline has
+  // already passed. Tasks already taken into a batch are not affected.
+  // Returns the number withdrawn. Walks the queued tasks (at most
+  // max_queued_queries). Must not be called from a `done` callback.
+  int Cancel(uint64_t key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Refuses new work, runs everything already queued (ignoring the batching
+  // window; expired tasks are still answered DEADLINE_EXCEEDED), and joins
+  // the executors. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Queued (not yet running) queries and their bytes, in total or for one
+  // corpus.
   int64_t queued() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t queued(absl::string_view corpus) const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t queued_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One queued task and the scheduler's bookkeeping for it.
+  struct Entry {
+    QueryTask task;
+    absl::Time enqueued;
+    absl::Time expires;  // deadline - min_execution_time
+    int64_t bytes = 0;
+  };
+  // Dispatch order within a lane: higher priority first, then FIFO.
+  struct Order {
+    int32_t priority;
+    uint64_t seq;
+    bool operator<(const Order& o) const {
+      return priority != o.priority ? priority > o.priority : seq < o.seq;
+    }
+  };
+  // The queued tasks of one corpus and kind.
+  struct Lane {
+    std::map<Order, Entry> tasks;
+    std::multiset<absl::Time> enqueued;  // to find the oldest task
+    int64_t tokens = 0;
+    int64_t candidates = 0;
+  };
+  static constexpr int kScan = 0;
+  static constexpr int kRerank = 1;
+  struct CorpusQueue {
+    std::array<Lane, 2> lanes;  // [kScan], [kRerank]
+    int64_t queries = 0;
+    int64_t bytes = 0;
+    int next_lane = kScan;  // which lane this corpus serves first
+  };
+  using QueueMap = std::map<std::string, CorpusQueue, std::less<>>;
+
   void ExecutorLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Removes and returns the next batch. REQUIRES: mu_ held, queue_ not empty.
-  std::vector<QueryTask> TakeBatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunBatch(std::vector<QueryTask> batch);
+
+  // The admission check of Submit(); OK or RESOURCE_EXHAUSTED.
+  // REQUIRES: mu_ held.
+  absl::Status CheckLimitsLocked(const std::vector<QueryTask>& tasks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool LaneReadyLocked(const Lane& lane, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the executors must look again: the earliest batching window or
+  // task expiry. REQUIRES: mu_ held.
+  absl::Time NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the next batch of the next ready corpus in round-robin order;
+  // empty when no lane is ready. REQUIRES: mu_ held.
+  std::vector<Entry> TakeBatchLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<Entry> TakeFromLaneLocked(QueueMap::iterator queue, int kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves every task that can no longer finish in time to *expired.
+  // REQUIRES: mu_ held.
+  void SweepExpiredLocked(absl::Time now, std::vector<Entry>* expired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlinks one task from every index and count; the caller drops the queue
+  // once it is empty. REQUIRES: mu_ held.
+  Entry RemoveLocked(CorpusQueue& queue, int kind,
+                     std::map<Order, Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishDepthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Answers DEADLINE_EXCEEDED to tasks swept at `now`. Called without mu_.
+  void AnswerExpired(std::vector<Entry> expired, absl::Time now);
+  void RunBatch(std::vector<Entry> batch, absl::Time start);
 
   Backend* const backend_;
   const SchedulerOptions options_;
   Metrics* const metrics_;
+  const Clock* const clock_;
+  // Effective batch limits: the options capped by the backend's limits.
+  const int32_t batch_queries_;
+  const int64_t batch_tokens_;
+  const int64_t batch_candidates_;
+  std::atomic<uint64_t> next_cancel_key_{1};
+
   mutable absl::Mutex mu_;
-  std::deque<QueryTask> queue_ ABSL_GUARDED_BY(mu_);
+  QueueMap queues_ ABSL_GUARDED_BY(mu_);  // only corpora with queued tasks
+  std::string last_served_ ABSL_GUARDED_BY(mu_);  // round-robin cursor
+  std::multiset<absl::Time> expiries_ ABSL_GUARDED_BY(mu_);  // finite only
+  int64_t queued_queries_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped by every change that may make work ready sooner (Submit,
+  // Shutdown); idle executors wait for it to move.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> executors_;
+  absl::Mutex shutdown_mu_;  // serialises Shutdown(); ordered before mu_
+  std::vector<std::thread> executors_ ABSL_GUARDED_BY(shutdown_mu_);
 };
 
 }  // namespace maxsimd

@@ -90,6 +90,7 @@ MaxsimServer::~MaxsimServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
     const ServerOptions& options) {
+  MAXSIMD_RETURN_IF_ERROR(ValidateSchedulerOptions(options.scheduler));
   std::unique_ptr<MaxsimServer> s(new MaxsimServer);
   s->options_ = options;
   MAXSIMD_ASSIGN_OR_RETURN(s->backend_, CreateBackend(options));
@@ -142,8 +143,13 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
           "could not listen on --metrics_listen=", options.metrics_listen, ": ",
           e.what()));
     }
+    Scheduler* scheduler = s->scheduler_.get();
     s->collectables_ = {s->prom_registry_,
-                        std::make_shared<CorpusCollector>(s->corpora_.get()),
+                        std::make_shared<CorpusCollector>(
+                            s->corpora_.get(),
+                            [scheduler](const std::string& corpus) {
+                              return scheduler->queued(corpus);
+                            }),
                         std::make_shared<ProcessCollector>()};
     for (const auto& c : s->collectables_) s->exposer_->RegisterCollectable(c);
     s->metrics_port_ = s->exposer_->GetListeningPorts().front();

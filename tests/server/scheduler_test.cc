@@ -1,26 +1,50 @@
-// Scheduler: queue limit, expiry, cancellation, batching and draining, with
-// a backend whose searches the test can hold back.
+// Scheduler: batching window (size, tokens, delay), deadlines, cancellation,
+// priority, queue limits, fairness between corpora, and draining. Timing is
+// driven by a fake clock; the backend records every batch it ran and can be
+// held shut so that a test controls when an executor is busy.
 #include "server/scheduler.h"
 
-#include <atomic>
+#include <deque>
+#include <string>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/maxsim_cpu.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "server/metrics.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
 namespace {
 
+using ::maxsimd::testing::FakeClock;
 using ::maxsimd::testing::IsOk;
 using ::maxsimd::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
 
-// Wraps the CPU backend; each Search() waits until the test opens the gate
-// and records the batch size it saw.
-class GatedBackend final : public Backend {
+// Real time a test waits for something that must happen; only a guard
+// against hanging, never part of the timing under test.
+constexpr absl::Duration kGuard = absl::Seconds(30);
+
+// Wraps the CPU backend. Each Search() waits while the gate is shut, then
+// records the batch it ran.
+class TestBackend final : public Backend {
  public:
-  GatedBackend() : cpu_(CpuBackend::Create({}).value()) {}
-  std::string name() const override { return "gated"; }
+  struct Call {
+    int32_t num_queries = 0;
+    int32_t dim = 0;
+    bool rerank = false;
+    std::vector<int32_t> top_k;
+  };
+
+  TestBackend() : cpu_(CpuBackend::Create({}).value()) {}
+  std::string name() const override { return "test"; }
   const BackendLimits& limits() const override { return cpu_->limits(); }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* h,
                                                          size_t n) override {
@@ -29,163 +53,612 @@ class GatedBackend final : public Backend {
   absl::Status Search(const SearchParams& p,
                       absl::Span<std::vector<ScoredDoc>> r,
                       SearchTiming* t) override {
-    entered_.fetch_add(1);
-    gate_.WaitForNotification();
-    batches_.push_back(p.num_queries);
+    {
+      absl::MutexLock lock(&mu_);
+      ++entered_;
+      mu_.Await(absl::Condition(&open_));
+      Call c;
+      c.num_queries = p.num_queries;
+      c.dim = p.dim;
+      c.rerank = p.candidate_offsets != nullptr;
+      c.top_k.assign(p.top_k, p.top_k + p.num_queries);
+      calls_.push_back(std::move(c));
+    }
     return cpu_->Search(p, r, t);
   }
   bool healthy() const override { return true; }
 
-  void Open() { gate_.Notify(); }
-  int entered() const { return entered_.load(); }
-  std::vector<int> batches_;  // written by the one executor only
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Waits until `n` searches have started (real-time guard).
+  bool WaitForEntered(int n) {
+    absl::MutexLock lock(&mu_);
+    struct Arg {
+      TestBackend* b;
+      int n;
+    } arg{this, n};
+    return mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](Arg* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(a->b->mu_) {
+              return a->b->entered_ >= a->n;
+            },
+            &arg),
+        kGuard);
+  }
+  int entered() {
+    absl::MutexLock lock(&mu_);
+    return entered_;
+  }
+  std::vector<Call> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  // Queries per executed batch, in order.
+  std::vector<int> batches() {
+    std::vector<int> sizes;
+    for (const Call& c : calls()) sizes.push_back(c.num_queries);
+    return sizes;
+  }
+  // The first top_k of every batch, in order (tests tag tasks by top_k).
+  std::vector<int> first_top_ks() {
+    std::vector<int> k;
+    for (const Call& c : calls()) k.push_back(c.top_k.front());
+    return k;
+  }
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
-  absl::Notification gate_;
-  std::atomic<int> entered_{0};
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  int entered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+// Where one task's answer lands.
+struct Result {
+  absl::Notification done;
+  absl::StatusOr<QueryOutcome> out;
+  bool Wait() { return done.WaitForNotificationWithTimeout(kGuard); }
 };
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  SchedulerTest() {
+  SchedulerTest() : metrics_(registry_, "test") {
+    corpus_ = MakeCorpus("c", 2);
+  }
+
+  // A corpus of three one-token documents x, y, z.
+  std::shared_ptr<Corpus> MakeCorpus(const std::string& name, int32_t dim) {
     CorpusConfig c;
-    c.name = "c";
-    c.dim = 2;
-    corpus_ = Corpus::Create(c, CorpusLimits{}, &backend_).value();
+    c.name = name;
+    c.dim = dim;
+    auto corpus = Corpus::Create(c, CorpusLimits{}, &backend_).value();
     DocumentBuilder b(c, CorpusLimits{});
-    const std::vector<float> t{1, 0, 0, 1, 1, 1};
+    std::vector<float> t(3 * dim, 0.f);
+    t[0] = 1;        // x = e0
+    t[dim + 1] = 1;  // y = e1
+    t[2 * dim] = 1;  // z = e0 + e1
+    t[2 * dim + 1] = 1;
     EXPECT_THAT(
         b.Add({"x", "y", "z"}, {1, 1, 1}, t.data(), 3, DType::kFloat32, "m"),
         IsOk());
-    EXPECT_THAT(corpus_->Append(b.Take()), IsOk());
+    EXPECT_THAT(corpus->Append(b.Take()), IsOk());
+    return corpus;
   }
 
-  // A scan task whose outcome lands in *out.
-  QueryTask Task(absl::StatusOr<QueryOutcome>* out, absl::Notification* done) {
+  Result* NewResult() { return &results_.emplace_back(); }
+
+  // A scan task of `tokens` query tokens on `corpus` (default: corpus_),
+  // tagged by `top_k`, answering into *r.
+  QueryTask Task(Result* r, int32_t top_k = 3, int64_t tokens = 1,
+                 std::shared_ptr<Corpus> corpus = nullptr) {
+    if (corpus == nullptr) corpus = corpus_;
     QueryTask t;
-    t.snapshot = corpus_->Snapshot();
-    t.query.tokens = {1.f, 0.f};
-    t.query.num_tokens = 1;
-    t.query.top_k = 3;
-    t.done = [out, done](absl::StatusOr<QueryOutcome> r) {
-      *out = std::move(r);
-      done->Notify();
+    t.snapshot = corpus->Snapshot();
+    const int32_t dim = corpus->config().dim;
+    t.query.tokens.assign(tokens * dim, 0.f);
+    for (int64_t i = 0; i < tokens; ++i) t.query.tokens[i * dim] = 1.f;
+    t.query.num_tokens = tokens;
+    t.query.top_k = top_k;
+    t.done = [r](absl::StatusOr<QueryOutcome> out) {
+      r->out = std::move(out);
+      r->done.Notify();
     };
     return t;
   }
 
-  GatedBackend backend_;
+  // A rerank task over candidates x and y.
+  QueryTask RerankTask(Result* r, int32_t top_k) {
+    QueryTask t = Task(r, top_k);
+    t.query.scan = false;
+    t.query.candidates = {t.snapshot->Find("x").value(),
+                          t.snapshot->Find("y").value()};
+    return t;
+  }
+
+  static std::vector<QueryTask> One(QueryTask t) {
+    std::vector<QueryTask> v;
+    v.push_back(std::move(t));
+    return v;
+  }
+
+  // Options with a batching window that only the fake clock ends.
+  static SchedulerOptions LongWindow() {
+    SchedulerOptions o;
+    o.max_queue_delay = absl::Hours(1);
+    return o;
+  }
+
+  double Rejected(const std::string& reason) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != "maxsimd_rejected_total") continue;
+      for (const prometheus::ClientMetric& m : f.metric) {
+        for (const prometheus::ClientMetric::Label& l : m.label) {
+          if (l.name == "reason" && l.value == reason) return m.counter.value;
+        }
+      }
+    }
+    return 0;
+  }
+
+  FakeClock clock_;
+  const absl::Time t0_ = clock_.Now();
+  prometheus::Registry registry_;
+  Metrics metrics_;
+  TestBackend backend_;
   std::shared_ptr<Corpus> corpus_;
+  std::deque<Result> results_;  // outlives every scheduler of a test
 };
 
 TEST_F(SchedulerTest, RunsAQueryAndReportsItsTiming) {
   backend_.Open();
   Scheduler s(&backend_, SchedulerOptions{}, nullptr);
-  absl::StatusOr<QueryOutcome> out;
-  absl::Notification done;
-  std::vector<QueryTask> tasks;
-  tasks.push_back(Task(&out, &done));
-  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
-  done.WaitForNotification();
-  ASSERT_THAT(out, IsOk());
-  ASSERT_EQ(out->results.size(), 3u);
+  Result* r = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(r))), IsOk());
+  ASSERT_TRUE(r->Wait());
+  ASSERT_THAT(r->out, IsOk());
+  ASSERT_EQ(r->out->results.size(), 3u);
   // x = (1,0) and z = (1,1) both score 1; x was added first.
-  EXPECT_EQ(out->results[0].id, "x");
-  EXPECT_EQ(out->results[1].id, "z");
-  EXPECT_EQ(out->results[2].id, "y");
-  EXPECT_EQ(out->batch_queries, 1);
-  EXPECT_GE(out->compute_ns, 0);
+  EXPECT_EQ(r->out->results[0].id, "x");
+  EXPECT_EQ(r->out->results[1].id, "z");
+  EXPECT_EQ(r->out->results[2].id, "y");
+  EXPECT_EQ(r->out->batch_queries, 1);
+  EXPECT_GE(r->out->compute_ns, 0);
 }
 
-TEST_F(SchedulerTest, RejectsBeyondTheQueueLimitAtOnce) {
+TEST_F(SchedulerTest, BatchClosesAtMaxBatchQueries) {
+  backend_.Open();
+  SchedulerOptions o = LongWindow();
+  o.max_batch_queries = 3;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  std::vector<Result*> r;
+  for (int i = 0; i < 4; ++i) {
+    r.push_back(NewResult());
+    ASSERT_THAT(s.Submit(One(Task(r[i], /*top_k=*/i + 1))), IsOk());
+  }
+  // Three queries fill a batch at once, with no time passing.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r[i]->Wait());
+  ASSERT_THAT(r[0]->out, IsOk());
+  EXPECT_EQ(r[0]->out->batch_queries, 3);
+  // The fourth waits for its window.
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Hours(1)));
+  EXPECT_EQ(s.queued(), 1);
+  EXPECT_FALSE(r[3]->done.HasBeenNotified());
+  EXPECT_EQ(backend_.batches(), std::vector<int>{3});
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(r[3]->Wait());
+  EXPECT_THAT(r[3]->out, IsOk());
+  EXPECT_EQ(backend_.batches(), (std::vector<int>{3, 1}));
+  EXPECT_EQ(backend_.calls()[0].top_k, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST_F(SchedulerTest, BatchClosesAtMaxBatchTokens) {
+  backend_.Open();
+  SchedulerOptions o = LongWindow();
+  o.max_batch_tokens = 5;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  std::vector<Result*> r;
+  for (int i = 0; i < 3; ++i) {
+    r.push_back(NewResult());
+    ASSERT_THAT(s.Submit(One(Task(r[i], i + 1, /*tokens=*/2))), IsOk());
+  }
+  // 6 queued tokens reach the limit of 5: the first two queries (4 tokens)
+  // run; a third would make 6.
+  ASSERT_TRUE(r[0]->Wait());
+  ASSERT_TRUE(r[1]->Wait());
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Hours(1)));
+  EXPECT_EQ(backend_.batches(), std::vector<int>{2});
+  EXPECT_EQ(s.queued(), 1);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(r[2]->Wait());
+  EXPECT_EQ(backend_.batches(), (std::vector<int>{2, 1}));
+}
+
+TEST_F(SchedulerTest, BatchClosesWhenTheOldestQueryHasWaitedMaxQueueDelay) {
+  backend_.Open();
   SchedulerOptions o;
-  o.max_queued_queries = 2;
-  Scheduler s(&backend_, o, nullptr);
-  std::vector<absl::StatusOr<QueryOutcome>> out(4);
-  std::vector<absl::Notification> done(4);
-  std::vector<QueryTask> first;
-  first.push_back(Task(&out[0], &done[0]));
-  ASSERT_THAT(s.Submit(std::move(first)), IsOk());
-  while (backend_.entered() == 0) absl::SleepFor(absl::Milliseconds(1));
-  // The executor holds task 0; two more fill the queue, a third is refused.
-  for (int i = 1; i <= 2; ++i) {
-    std::vector<QueryTask> t;
-    t.push_back(Task(&out[i], &done[i]));
-    ASSERT_THAT(s.Submit(std::move(t)), IsOk());
+  o.max_queue_delay = absl::Milliseconds(1);
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  std::vector<Result*> r;
+  for (int i = 0; i < 3; ++i) {
+    r.push_back(NewResult());
+    ASSERT_THAT(s.Submit(One(Task(r[i]))), IsOk());
   }
-  std::vector<QueryTask> over;
-  over.push_back(Task(&out[3], &done[3]));
-  EXPECT_THAT(s.Submit(std::move(over)),
-              StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_EQ(s.queued(), 2);
-  backend_.Open();
-  for (int i = 0; i <= 2; ++i) {
-    done[i].WaitForNotification();
-    EXPECT_THAT(out[i], IsOk());
-  }
-  EXPECT_FALSE(done[3].HasBeenNotified());
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Milliseconds(1)));
+  clock_.Advance(absl::Microseconds(999));
+  EXPECT_EQ(s.queued(), 3);
+  EXPECT_EQ(backend_.entered(), 0);
+  clock_.Advance(absl::Microseconds(1));
+  for (Result* x : r) ASSERT_TRUE(x->Wait());
+  EXPECT_EQ(backend_.batches(), std::vector<int>{3});
+  ASSERT_THAT(r[0]->out, IsOk());
+  EXPECT_EQ(r[0]->out->queue_ns, 1000000);  // measured on the fake clock
 }
 
-TEST_F(SchedulerTest, ExpiredAndCancelledQueriesNeverRun) {
-  Scheduler s(&backend_, SchedulerOptions{}, nullptr);
-  std::vector<absl::StatusOr<QueryOutcome>> out(3);
-  std::vector<absl::Notification> done(3);
-  std::vector<QueryTask> hold;
-  hold.push_back(Task(&out[0], &done[0]));
-  ASSERT_THAT(s.Submit(std::move(hold)), IsOk());
-  while (backend_.entered() == 0) absl::SleepFor(absl::Milliseconds(1));
-  std::vector<QueryTask> tasks;
-  tasks.push_back(Task(&out[1], &done[1]));
-  tasks.back().deadline = absl::Now() + absl::Milliseconds(1);
-  tasks.push_back(Task(&out[2], &done[2]));
-  tasks.back().is_cancelled = [] { return true; };
-  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
-  absl::SleepFor(absl::Milliseconds(5));  // let the deadline pass
+TEST_F(SchedulerTest, ZeroQueueDelayDispatchesAtOnce) {
   backend_.Open();
-  for (auto& d : done) d.WaitForNotification();
-  EXPECT_THAT(out[0], IsOk());
-  EXPECT_THAT(out[1], StatusIs(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_THAT(out[2], StatusIs(absl::StatusCode::kCancelled));
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  Result* r = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(r))), IsOk());
+  ASSERT_TRUE(r->Wait());  // the fake clock never moves
+  EXPECT_THAT(r->out, IsOk());
+  EXPECT_EQ(r->out->queue_ns, 0);
+  EXPECT_EQ(backend_.batches(), std::vector<int>{1});
+}
+
+TEST_F(SchedulerTest, QueryWhoseDeadlinePassesWhileQueuedNeverRuns) {
+  backend_.Open();
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  Result* late = NewResult();
+  Result* patient = NewResult();
+  QueryTask t = Task(late, /*top_k=*/1);
+  t.deadline = t0_ + absl::Milliseconds(5);
+  ASSERT_THAT(s.Submit(One(std::move(t))), IsOk());
+  ASSERT_THAT(s.Submit(One(Task(patient, /*top_k=*/2))), IsOk());
+  // The executor sleeps until the first deadline, not the window.
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Milliseconds(5)));
+  EXPECT_FALSE(late->done.HasBeenNotified());
+  clock_.Advance(absl::Milliseconds(5));
+  ASSERT_TRUE(late->Wait());
+  EXPECT_THAT(late->out, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                  HasSubstr("deadline passed")));
+  EXPECT_EQ(s.queued(), 1);
+  EXPECT_EQ(Rejected("deadline"), 1);
+  s.Shutdown();  // drains the patient query
+  EXPECT_THAT(patient->out, IsOk());
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{2});
+}
+
+TEST_F(SchedulerTest, QueryThatCannotFinishBeforeItsDeadlineNeverRuns) {
+  backend_.Open();
+  SchedulerOptions o = LongWindow();
+  o.min_execution_time = absl::Milliseconds(10);
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  Result* hopeless = NewResult();
+  Result* tight = NewResult();
+  QueryTask a = Task(hopeless, 1);
+  a.deadline = t0_ + absl::Milliseconds(5);  // nearer than 10 ms
+  QueryTask b = Task(tight, 2);
+  b.deadline = t0_ + absl::Milliseconds(20);
+  ASSERT_THAT(s.Submit(One(std::move(a))), IsOk());
+  ASSERT_THAT(s.Submit(One(std::move(b))), IsOk());
+  ASSERT_TRUE(hopeless->Wait());  // without the clock moving
+  EXPECT_THAT(hopeless->out, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                      HasSubstr("--min_execution_time")));
+  EXPECT_EQ(s.queued(), 1);
+  // At t0 + 10 ms the second query has 10 ms left: no longer enough.
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Milliseconds(10)));
+  clock_.Advance(absl::Milliseconds(10));
+  ASSERT_TRUE(tight->Wait());
+  EXPECT_THAT(tight->out, StatusIs(absl::StatusCode::kDeadlineExceeded));
   s.Shutdown();
-  EXPECT_EQ(backend_.batches_, std::vector<int>{1});  // only task 0 ran
+  EXPECT_TRUE(backend_.calls().empty());
+}
+
+TEST_F(SchedulerTest, CancelRemovesAQueuedQueryAtOnce) {
+  backend_.Open();
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  const uint64_t key = s.NewCancelKey();
+  ASSERT_NE(key, s.NewCancelKey());
+  Result* cancelled = NewResult();
+  Result* kept = NewResult();
+  QueryTask a = Task(cancelled, 1);
+  a.cancel_key = key;
+  std::vector<QueryTask> tasks;
+  tasks.push_back(std::move(a));
+  tasks.push_back(Task(kept, 2));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  EXPECT_EQ(s.Cancel(key), 1);
+  // Answered by Cancel itself, long before the window closes.
+  EXPECT_TRUE(cancelled->done.HasBeenNotified());
+  EXPECT_THAT(cancelled->out, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(s.queued(), 1);
+  EXPECT_EQ(s.Cancel(key), 0);
+  EXPECT_EQ(Rejected("cancelled"), 1);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(kept->Wait());
+  EXPECT_THAT(kept->out, IsOk());
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{2});
+}
+
+TEST_F(SchedulerTest, ExpiredAndCancelledQueriesBehindABusyExecutorNeverRun) {
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.max_batch_queries = 1;
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  Result* hold = NewResult();
+  Result* late = NewResult();
+  Result* gone = NewResult();
+  std::vector<QueryTask> tasks;
+  tasks.push_back(Task(hold, 1));
+  QueryTask l = Task(late, 2);
+  l.deadline = t0_ + absl::Milliseconds(3);
+  tasks.push_back(std::move(l));
+  QueryTask g = Task(gone, 3);
+  g.is_cancelled = [] { return true; };  // polled when taken into a batch
+  tasks.push_back(std::move(g));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(1));  // the executor runs `hold`
+  clock_.Advance(absl::Milliseconds(5));    // `late` expires in the queue
+  backend_.Open();
+  for (Result* r : {hold, late, gone}) ASSERT_TRUE(r->Wait());
+  EXPECT_THAT(hold->out, IsOk());
+  EXPECT_THAT(late->out, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(gone->out, StatusIs(absl::StatusCode::kCancelled));
+  s.Shutdown();
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{1});
+  EXPECT_EQ(Rejected("deadline"), 1);
+  EXPECT_EQ(Rejected("cancelled"), 1);
+}
+
+TEST_F(SchedulerTest, QueuedQueryLimitRefusesAtOnceAndRecovers) {
+  backend_.Open();
+  SchedulerOptions o = LongWindow();
+  o.max_queued_queries = 2;
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  std::vector<QueryTask> two;
+  two.push_back(Task(NewResult()));
+  two.push_back(Task(NewResult()));
+  ASSERT_THAT(s.Submit(std::move(two)), IsOk());
+  Result* over = NewResult();
+  EXPECT_THAT(s.Submit(One(Task(over))),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_queued_queries is 2")));
+  EXPECT_EQ(s.queued(), 2);
+  EXPECT_EQ(Rejected("max_queued_queries"), 1);
+  clock_.Advance(absl::Hours(1));
+  for (Result& r : results_) {
+    if (&r != over) {
+      ASSERT_TRUE(r.Wait());
+    }
+  }
+  EXPECT_FALSE(over->done.HasBeenNotified());
+  Result* again = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(again))), IsOk());
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(again->Wait());
+  EXPECT_THAT(again->out, IsOk());
+}
+
+TEST_F(SchedulerTest, QueuedByteLimitRefusesAtOnceAndRecovers) {
+  backend_.Open();
+  SchedulerOptions o = LongWindow();
+  o.max_queued_bytes = 16;  // two one-token queries of dim 2 (fp32)
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  Result* a = NewResult();
+  Result* b = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(a))), IsOk());
+  ASSERT_THAT(s.Submit(One(Task(b))), IsOk());
+  EXPECT_EQ(s.queued_bytes(), 16);
+  EXPECT_THAT(s.Submit(One(Task(NewResult()))),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_queued_bytes is 16")));
+  EXPECT_EQ(Rejected("max_queued_bytes"), 1);
+  EXPECT_EQ(s.queued(), 2);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(a->Wait());
+  ASSERT_TRUE(b->Wait());
+  EXPECT_EQ(s.queued_bytes(), 0);
+  ASSERT_THAT(s.Submit(One(Task(NewResult()))), IsOk());
+}
+
+TEST_F(SchedulerTest, PerCorpusQueryLimitRefusesOnlyThatCorpus) {
+  backend_.Open();
+  auto other = MakeCorpus("other", 2);
+  SchedulerOptions o = LongWindow();
+  o.max_queued_queries_per_corpus = 1;
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  Result* first = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(first))), IsOk());
+  EXPECT_THAT(s.Submit(One(Task(NewResult()))),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_queued_queries_per_corpus is 1")));
+  // All or nothing: a call touching the full corpus queues nothing.
+  std::vector<QueryTask> mixed;
+  mixed.push_back(Task(NewResult(), 3, 1, other));
+  mixed.push_back(Task(NewResult()));
+  EXPECT_THAT(s.Submit(std::move(mixed)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(s.queued("other"), 0);
+  Result* elsewhere = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(elsewhere, 3, 1, other))), IsOk());
+  EXPECT_EQ(s.queued("c"), 1);
+  EXPECT_EQ(s.queued("other"), 1);
+  EXPECT_EQ(Rejected("max_queued_queries_per_corpus"), 2);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(first->Wait());
+  ASSERT_TRUE(elsewhere->Wait());
+  ASSERT_THAT(s.Submit(One(Task(NewResult()))), IsOk());
+}
+
+TEST_F(SchedulerTest, PerCorpusByteLimitRefusesOnlyThatCorpus) {
+  backend_.Open();
+  auto other = MakeCorpus("other", 2);
+  SchedulerOptions o = LongWindow();
+  o.max_queued_bytes_per_corpus = 24;  // three tokens of dim 2
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  Result* big = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(big, 3, /*tokens=*/2))), IsOk());  // 16 B
+  EXPECT_THAT(s.Submit(One(Task(NewResult(), 3, /*tokens=*/2))),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_queued_bytes_per_corpus is 24")));
+  Result* small = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(small, 3, /*tokens=*/1))), IsOk());  // 24 B
+  Result* elsewhere = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(elsewhere, 3, 2, other))), IsOk());
+  EXPECT_EQ(Rejected("max_queued_bytes_per_corpus"), 1);
+  EXPECT_EQ(s.queued_bytes(), 40);
+  clock_.Advance(absl::Hours(1));
+  for (Result* r : {big, small, elsewhere}) ASSERT_TRUE(r->Wait());
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 3, 2))), IsOk());
+}
+
+TEST_F(SchedulerTest, FloodOnOneCorpusDoesNotStarveAnother) {
+  auto flood = MakeCorpus("a", 2);
+  auto quiet = MakeCorpus("b", 3);
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.max_batch_queries = 2;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  std::vector<QueryTask> burst;
+  for (int i = 0; i < 10; ++i) burst.push_back(Task(NewResult(), 3, 1, flood));
+  ASSERT_THAT(s.Submit(std::move(burst)), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(1));  // the executor holds 2 of them
+  Result* b = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(b, 3, 1, quiet))), IsOk());
+  backend_.Open();
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  std::vector<int32_t> dims;
+  for (const TestBackend::Call& c : backend_.calls()) dims.push_back(c.dim);
+  // Corpus b (dim 3) runs right after the batch in flight, not after the
+  // other eight queries of corpus a (dim 2).
+  EXPECT_THAT(dims, ElementsAre(2, 3, 2, 2, 2, 2));
+}
+
+TEST_F(SchedulerTest, HigherPriorityRunsFirstAndFifoWithinAPriority) {
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.max_batch_queries = 1;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 1))), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(1));
+  // top_k tags the task; priority in parentheses.
+  const std::vector<std::pair<int32_t, int32_t>> tasks = {
+      {2, 0}, {3, 5}, {4, 0}, {5, 5}, {6, -1}};
+  for (const auto& [tag, priority] : tasks) {
+    QueryTask t = Task(NewResult(), tag);
+    t.priority = priority;
+    ASSERT_THAT(s.Submit(One(std::move(t))), IsOk());
+  }
+  backend_.Open();
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  EXPECT_THAT(backend_.first_top_ks(), ElementsAre(1, 3, 5, 2, 4, 6));
+}
+
+TEST_F(SchedulerTest, ScanAndRerankQueriesBatchSeparately) {
+  backend_.Open();
+  Scheduler s(&backend_, LongWindow(), nullptr, &clock_);
+  std::vector<QueryTask> tasks;
+  tasks.push_back(Task(NewResult(), 1));
+  tasks.push_back(RerankTask(NewResult(), 2));
+  tasks.push_back(Task(NewResult(), 3));
+  tasks.push_back(RerankTask(NewResult(), 4));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  clock_.Advance(absl::Hours(1));
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  for (Result& r : results_) EXPECT_THAT(r.out, IsOk());
+  std::vector<std::pair<bool, std::vector<int32_t>>> batches;
+  for (const TestBackend::Call& c : backend_.calls()) {
+    batches.emplace_back(c.rerank, c.top_k);
+  }
+  EXPECT_THAT(batches, UnorderedElementsAre(
+                           std::make_pair(false, std::vector<int32_t>{1, 3}),
+                           std::make_pair(true, std::vector<int32_t>{2, 4})));
 }
 
 TEST_F(SchedulerTest, BatchesQueuedQueriesOfOneSnapshot) {
-  Scheduler s(&backend_, SchedulerOptions{}, nullptr);
-  std::vector<absl::StatusOr<QueryOutcome>> out(6);
-  std::vector<absl::Notification> done(6);
-  std::vector<QueryTask> hold;
-  hold.push_back(Task(&out[0], &done[0]));
-  ASSERT_THAT(s.Submit(std::move(hold)), IsOk());
-  while (backend_.entered() == 0) absl::SleepFor(absl::Milliseconds(1));
-  for (int i = 1; i < 6; ++i) {
-    std::vector<QueryTask> t;
-    t.push_back(Task(&out[i], &done[i]));
-    ASSERT_THAT(s.Submit(std::move(t)), IsOk());
-  }
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  ASSERT_THAT(s.Submit(One(Task(NewResult()))), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(1));
+  for (int i = 0; i < 5; ++i)
+    ASSERT_THAT(s.Submit(One(Task(NewResult()))), IsOk());
   backend_.Open();
-  for (auto& d : done) d.WaitForNotification();
-  s.Shutdown();
-  EXPECT_EQ(backend_.batches_, (std::vector<int>{1, 5}));
-  EXPECT_EQ(out[3]->batch_queries, 5);
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  EXPECT_EQ(backend_.batches(), (std::vector<int>{1, 5}));
+  ASSERT_THAT(results_[3].out, IsOk());
+  EXPECT_EQ(results_[3].out->batch_queries, 5);
 }
 
 TEST_F(SchedulerTest, ShutdownDrainsQueuedWorkThenRefusesNewWork) {
-  Scheduler s(&backend_, SchedulerOptions{}, nullptr);
-  std::vector<absl::StatusOr<QueryOutcome>> out(3);
-  std::vector<absl::Notification> done(3);
-  std::vector<QueryTask> tasks;
-  for (int i = 0; i < 2; ++i) tasks.push_back(Task(&out[i], &done[i]));
-  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
   backend_.Open();
-  s.Shutdown();
-  EXPECT_TRUE(done[0].HasBeenNotified());
-  EXPECT_TRUE(done[1].HasBeenNotified());
-  std::vector<QueryTask> late;
-  late.push_back(Task(&out[2], &done[2]));
-  EXPECT_THAT(s.Submit(std::move(late)),
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  std::vector<QueryTask> tasks;
+  tasks.push_back(Task(NewResult()));
+  tasks.push_back(Task(NewResult()));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  s.Shutdown();  // without waiting for the window
+  EXPECT_TRUE(results_[0].done.HasBeenNotified());
+  EXPECT_TRUE(results_[1].done.HasBeenNotified());
+  EXPECT_THAT(results_[0].out, IsOk());
+  EXPECT_EQ(s.queued(), 0);
+  EXPECT_THAT(s.Submit(One(Task(NewResult()))),
               StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(Rejected("draining"), 1);
+}
+
+TEST_F(SchedulerTest, RealClockRunsQueriesWithTheDefaultWindow) {
+  backend_.Open();
+  Scheduler s(&backend_, SchedulerOptions{}, nullptr);  // RealClock()
+  std::vector<QueryTask> tasks;
+  for (int i = 0; i < 3; ++i) tasks.push_back(Task(NewResult()));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  EXPECT_EQ(backend_.batches(), std::vector<int>{3});
+}
+
+TEST(SchedulerOptionsTest, ValidationNamesTheFlag) {
+  EXPECT_THAT(ValidateSchedulerOptions(SchedulerOptions{}), IsOk());
+  struct Case {
+    void (*set)(SchedulerOptions&);
+    const char* flag;
+  };
+  const Case cases[] = {
+      {[](SchedulerOptions& o) { o.num_executors = 0; }, "--executors"},
+      {[](SchedulerOptions& o) { o.max_batch_queries = 0; },
+       "--batch_max_queries"},
+      {[](SchedulerOptions& o) { o.max_batch_tokens = 0; },
+       "--batch_max_tokens"},
+      {[](SchedulerOptions& o) { o.max_queue_delay = -absl::Milliseconds(1); },
+       "--max_queue_delay"},
+      {[](SchedulerOptions& o) {
+         o.min_execution_time = absl::InfiniteDuration();
+       },
+       "--min_execution_time"},
+      {[](SchedulerOptions& o) { o.max_queued_queries = 0; },
+       "--max_queued_queries"},
+      {[](SchedulerOptions& o) { o.max_queued_bytes = 0; },
+       "--max_queued_bytes"},
+      {[](SchedulerOptions& o) { o.max_queued_queries_per_corpus = -1; },
+       "--max_queued_queries_per_corpus"},
+      {[](SchedulerOptions& o) { o.max_queued_bytes_per_corpus = -1; },
+       "--max_queued_bytes_per_corpus"},
+  };
+  for (const Case& c : cases) {
+    SchedulerOptions o;
+    c.set(o);
+    EXPECT_THAT(ValidateSchedulerOptions(o),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(std::string(c.flag) + " must be")));
+  }
 }
 
 }  // namespace

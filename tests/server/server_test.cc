@@ -7,6 +7,9 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -466,6 +469,81 @@ TEST_F(ServerTest, ShutdownTurnsHealthNotServingAndRefusesNewCalls) {
   const grpc::Status s = health->Check(&ctx, req, &resp);
   EXPECT_FALSE(s.ok() &&
                resp.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// The value of the first sample line of /metrics that starts with `prefix`,
+// or NaN when there is none.
+double MetricValue(int port, const std::string& prefix) {
+  auto text = ::maxsimd::testing::HttpGet(port, "/metrics");
+  if (!text.ok()) return std::numeric_limits<double>::quiet_NaN();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::StartsWith(line, prefix)) {
+      return std::strtod(std::string(line.substr(prefix.size())).c_str(),
+                         nullptr);
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// Polls /metrics until the sample reaches `want` (real-time guard of 30 s;
+// polling only synchronises with the server, it times nothing).
+bool AwaitMetric(int port, const std::string& prefix, double want) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < give_up) {
+    if (MetricValue(port, prefix) == want) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// A client that cancels while its query waits for the batching window gets
+// CANCELLED, and the server withdraws the query from the queue at once
+// instead of holding it until the window (an hour here) closes.
+TEST(ServerCancelTest, CancelledCallLeavesTheQueueAtOnce) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "127.0.0.1:0";
+  o.backend = BackendChoice::kCpu;
+  o.cpu_threads = 1;
+  o.scheduler.max_queue_delay = absl::Hours(1);
+  o.drain_timeout = absl::Seconds(5);
+  auto server = MaxsimServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics = (*server)->metrics_port();
+  CorpusConfig config;
+  config.name = "q";
+  config.dim = 4;
+  ASSERT_TRUE((*server)->corpora()->Create(config).ok());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials());
+  auto stub = v1::Reranker::NewStub(channel);
+  v1::RerankRequest req;
+  req.set_corpus("q");
+  req.set_top_k(1);
+  const std::vector<float> q(4, 1.f);
+  req.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+  req.mutable_query()->add_shape(1);
+  req.mutable_query()->add_shape(4);
+  req.mutable_query()->set_data(q.data(), q.size() * sizeof(float));
+
+  grpc::ClientContext ctx;
+  v1::RerankResponse resp;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Rerank(&ctx, &req, &resp, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  ASSERT_TRUE(AwaitMetric(metrics, "maxsimd_queue_depth ", 1));
+  ctx.TryCancel();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(AwaitMetric(metrics, "maxsimd_queue_depth ", 0));
+  EXPECT_TRUE(
+      AwaitMetric(metrics, "maxsimd_rejected_total{reason=\"cancelled\"} ", 1));
+  EXPECT_EQ(MetricValue(metrics, "maxsimd_corpus_queue_depth{corpus=\"q\"} "),
+            0);
 }
 
 }  // namespace
