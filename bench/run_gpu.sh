@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # One command for the GPU side of maxsimd: build, GPU tests, benchmarks.
 #
-#   bench/run_gpu.sh build     configure + build the kernels, GPU tests and
-#                              benchmark (sm_90a, static cudart), then bundle
+#   bench/run_gpu.sh build     configure + build the kernels, GPU tests,
+#                              benchmark, server, client and load generator
+#                              (sm_90a, static cudart), then bundle
 #                              them with their shared libraries in .bundle/
+#                              and .bundle.tgz (carry the archive; the other
+#                              modes unpack it when .bundle/ is absent)
 #   bench/run_gpu.sh run       on a machine with an NVIDIA GPU: run the GPU
 #                              tests, then the benchmark; logs and JSON go to
 #                              $OUT (if set) or .bundle/out
 #   bench/run_gpu.sh sanitize  compute-sanitizer memcheck + racecheck on the
 #                              small GPU tests
+#   bench/run_gpu.sh service   on a machine with an NVIDIA GPU: the sharded
+#                              and end-to-end tests on the GPU, then the
+#                              service benchmark (bench/service_bench.sh;
+#                              cases from SERVICE_CASES, default all)
 #   bench/run_gpu.sh all       build, then run
 #
 # Environment: BUILD_DIR (default build-gpu), BENCH_ARGS (extra arguments of
@@ -20,15 +27,57 @@ build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=$root/.bundle
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test)
 
+# Service binaries and tests that also run on the GPU (path in the build).
+service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen
+  tests/index/sharded_corpus_test tests/e2e/service_test tests/e2e/e2e_test)
+
 build() {
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMAXSIMD_BUILD_SERVER=OFF -DMAXSIMD_WITH_CUDA=ON \
+    -DMAXSIMD_BUILD_SERVER=ON -DMAXSIMD_WITH_CUDA=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc
-  cmake --build "$build_dir" --target maxsim_bench "${tests[@]}"
+  local targets=(maxsim_bench "${tests[@]}")
+  for b in "${service_bins[@]}"; do targets+=("$(basename "$b")"); done
+  cmake --build "$build_dir" --target "${targets[@]}"
   rm -rf "$bundle"
-  local bins=(bench/maxsim_bench)
+  local bins=(bench/maxsim_bench "${service_bins[@]}")
   for t in "${tests[@]}"; do bins+=("tests/kernels/$t"); done
   "$root/scripts/bundle.sh" "$build_dir" "$bundle" "${bins[@]}"
+  # The CUDA binaries compress about 4:1; the archive is what travels.
+  tar -C "$bundle" -czf "$bundle.tgz" bin lib
+  echo "bundle archive: $(du -h "$bundle.tgz" | cut -f1) in $bundle.tgz"
+}
+
+# Unpacks the bundle archive where only the archive was carried, and puts
+# the bundled libraries on the search path.
+ensure_bundle() {
+  if [[ ! -d $bundle/bin && -f $bundle.tgz ]]; then
+    mkdir -p "$bundle"
+    tar -C "$bundle" -xzf "$bundle.tgz"
+  fi
+  export LD_LIBRARY_PATH=$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+}
+
+# The sharded corpus test's GPU instances, the end-to-end tests against a
+# server on the GPU, then the service benchmark (bench/service_bench.sh).
+service() {
+  ensure_bundle
+  local out failed=0
+  out=$(out_dir)
+  if [[ -z ${SKIP_SERVICE_TESTS:-} ]]; then
+    for t in sharded_corpus_test service_test e2e_test; do
+      if MAXSIMD_E2E_SERVER_BIN=$bundle/bin/maxsimd \
+        MAXSIMD_E2E_CTL_BIN=$bundle/bin/maxsimctl MAXSIMD_E2E_BACKEND=gpu \
+        "$bundle/bin/$t" >"$out/$t.log" 2>&1; then
+        :
+      else
+        failed=1
+      fi
+      printf '%-20s %s\n' "$t" "$(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$out/$t.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED  \]|Failure' "$out/$t.log" | head -10 || true
+    done
+  fi
+  "$root/bench/service_bench.sh" "$bundle/bin" "$out/service" ${SERVICE_CASES:-} || failed=1
+  [[ $failed -eq 0 ]]
 }
 
 out_dir() {
@@ -38,7 +87,7 @@ out_dir() {
 }
 
 run() {
-  export LD_LIBRARY_PATH=$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  ensure_bundle
   local out
   out=$(out_dir)
   nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version \
@@ -77,7 +126,7 @@ run() {
 }
 
 sanitize() {
-  export LD_LIBRARY_PATH=$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  ensure_bundle
   local out
   out=$(out_dir)
   local filter='GpuScanTest.OneTokenAndEmptyDocuments:GpuScanTest.DeletedDocumentsAreSkipped'
@@ -99,6 +148,7 @@ case ${1:-} in
   build) build ;;
   run) run ;;
   sanitize) sanitize ;;
+  service) service ;;
   all) build && run ;;
-  *) sed -n '2,16p' "$0" >&2; exit 1 ;;
+  *) sed -n '2,21p' "$0" >&2; exit 1 ;;
 esac

@@ -98,6 +98,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         options.max_message_bytes));
   }
   grpc::ChannelArguments args;
+  // gRPC shares connections between channels with equal arguments through a
+  // process-wide subchannel pool; a local pool gives each Client its own.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   std::unique_ptr<Client> client(new Client(options));
@@ -257,6 +260,36 @@ absl::StatusOr<v1::RerankResponse> Client::Rerank(const Query& query) {
   const grpc::Status status = reranker_->Rerank(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
+}
+
+void Client::RerankAsync(
+    const Query& query,
+    std::function<void(absl::StatusOr<v1::RerankResponse>)> done) {
+  // Owns everything the call touches until its reaction has run.
+  struct Call {
+    grpc::ClientContext context;
+    v1::RerankRequest request;
+    v1::RerankResponse response;
+    std::function<void(absl::StatusOr<v1::RerankResponse>)> done;
+  };
+  auto call = std::make_unique<Call>();
+  call->request = ToRequest(query);
+  call->done = std::move(done);
+  SetDeadline(&call->context, options_.timeout);
+  Call* raw = call.release();
+  reranker_->async()->Rerank(
+      &raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
+        std::unique_ptr<Call> owned(raw);
+        auto done = std::move(owned->done);
+        absl::StatusOr<v1::RerankResponse> result =
+            status.ok()
+                ? absl::StatusOr<v1::RerankResponse>(std::move(owned->response))
+                : FromGrpcStatus(status);
+        // The call's context goes before `done`, which may let the caller
+        // destroy the client.
+        owned.reset();
+        done(std::move(result));
+      });
 }
 
 absl::StatusOr<std::vector<v1::RerankResponse>> Client::RerankBatch(

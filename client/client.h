@@ -6,11 +6,15 @@
 // ClientOptions::send_float16 is set).
 //
 // Thread-safety: a Client may be used from many threads at once; it holds one
-// channel and the generated stubs, which are thread-safe.
+// channel and the generated stubs, which are thread-safe. Each Client opens
+// its own connection (its channel has a local subchannel pool), so N Clients
+// to one target give N independent TCP connections, as a load generator
+// needs. RerankAsync's callback runs on a gRPC thread (see there).
 #ifndef MAXSIMD_CLIENT_CLIENT_H_
 #define MAXSIMD_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +74,20 @@ class Client {
   absl::StatusOr<v1::CorpusInfo> GetCorpus(const std::string& name);
 
   absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
+  // The asynchronous form of Rerank, on the gRPC callback API: encodes the
+  // request on the calling thread, starts the call and returns at once.
+  // `done` then runs exactly once with the response or the error
+  // (DEADLINE_EXCEEDED after ClientOptions::timeout): on a gRPC thread, or
+  // inline before RerankAsync returns if gRPC fails the call at once (a
+  // request it cannot serialize), so the caller must not hold a lock that
+  // `done` takes. It should return quickly since it holds that thread, and
+  // it may start new calls.
+  // The call's context, request and response live in a heap object that is
+  // freed just before `done` runs, so `done` may destroy the Client once no
+  // other call is in flight. The Client must outlive every call in flight.
+  void RerankAsync(
+      const Query& query,
+      std::function<void(absl::StatusOr<v1::RerankResponse>)> done);
   absl::StatusOr<std::vector<v1::RerankResponse>> RerankBatch(
       const std::vector<Query>& queries);
   // Sends every query on one RerankStream and returns the responses in

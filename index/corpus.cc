@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,49 @@ namespace maxsimd {
 namespace {
 
 constexpr size_t kMaxNameBytes = 128;
+
+// An append of at least this many token bytes is split over every shard of
+// a sharded backend, so that a scan of it runs on all of them.
+constexpr int64_t kShardSplitBytes = int64_t{8} << 20;
+
+// Cuts `data` into `pieces` contiguous document ranges of about equal token
+// counts (none empty). REQUIRES: 1 <= pieces <= number of documents.
+std::vector<SegmentData> SplitByTokens(SegmentData data, int pieces) {
+  if (pieces == 1) return {std::move(data)};
+  const int64_t docs = static_cast<int64_t>(data.ids.size());
+  const int64_t total = data.cu_seqlens.back();
+  const int64_t row_bytes =
+      static_cast<int64_t>(data.tokens.size()) / std::max<int64_t>(total, 1);
+  std::vector<SegmentData> out(pieces);
+  int64_t first = 0;
+  for (int p = 0; p < pieces; ++p) {
+    // The piece ends at the first document boundary at or past its share of
+    // the tokens, leaving at least one document for each later piece.
+    int64_t last = docs - (pieces - 1 - p);
+    if (p + 1 < pieces) {
+      const int64_t share = total * (p + 1) / pieces;
+      const int64_t at =
+          std::lower_bound(data.cu_seqlens.begin() + first + 1,
+                           data.cu_seqlens.begin() + last, share) -
+          data.cu_seqlens.begin();
+      last = std::max(first + 1, at);
+    }
+    SegmentData& d = out[p];
+    d.dim = data.dim;
+    d.dtype = data.dtype;
+    const int64_t t0 = data.cu_seqlens[first];
+    d.cu_seqlens.reserve(last - first + 1);
+    for (int64_t i = first; i <= last; ++i) {
+      d.cu_seqlens.push_back(data.cu_seqlens[i] - t0);
+    }
+    d.tokens.assign(data.tokens.begin() + t0 * row_bytes,
+                    data.tokens.begin() + data.cu_seqlens[last] * row_bytes);
+    d.ids.assign(std::make_move_iterator(data.ids.begin() + first),
+                 std::make_move_iterator(data.ids.begin() + last));
+    first = last;
+  }
+  return out;
+}
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -105,7 +149,8 @@ std::vector<SegmentRef> CorpusSnapshot::SegmentRefs() const {
     const TombstoneSet* t = tombstones_[s].get();
     refs.push_back(
         {segments_[s]->HostView(t ? t->host_bits() : nullptr),
-         segments_[s]->ResidentView(t ? t->resident_bits() : nullptr)});
+         segments_[s]->ResidentView(t ? t->resident_bits() : nullptr),
+         segments_[s]->shard()});
   }
   return refs;
 }
@@ -253,14 +298,33 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   }
   const int64_t added = static_cast<int64_t>(data.ids.size());
   if (added == 0) return 0;
-  MAXSIMD_ASSIGN_OR_RETURN(
-      std::shared_ptr<const Segment> segment,
-      Segment::Create(std::move(data), base->next_index(), backend_));
+  // Shards ordered by how many bytes of this corpus they hold, fewest first.
+  std::vector<int64_t> held(backend_->num_shards(), 0);
+  for (const auto& seg : base->segments()) held[seg->shard()] += seg->bytes();
+  std::vector<int> order(held.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&held](int a, int b) { return held[a] < held[b]; });
+  // A large append is split by document range over every shard; a small
+  // one goes whole to the emptiest shard.
+  const int pieces =
+      static_cast<int64_t>(data.tokens.size()) >= kShardSplitBytes
+          ? static_cast<int>(std::min<int64_t>(order.size(), added))
+          : 1;
+  std::vector<SegmentData> parts = SplitByTokens(std::move(data), pieces);
   std::vector<std::shared_ptr<const Segment>> segments = base->segments();
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones =
       base->tombstone_sets();
-  segments.push_back(std::move(segment));
-  tombstones.push_back(nullptr);
+  int64_t next = base->next_index();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t docs = static_cast<int64_t>(parts[i].ids.size());
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Segment> segment,
+        Segment::Create(std::move(parts[i]), next, backend_, order[i]));
+    next += docs;
+    segments.push_back(std::move(segment));
+    tombstones.push_back(nullptr);
+  }
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(segments),
                                            std::move(tombstones)));
   return added;
@@ -293,9 +357,10 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
       base->tombstone_sets();
   for (const auto& [s, rows] : rows_by_segment) {
     MAXSIMD_ASSIGN_OR_RETURN(
-        tombstones[s], TombstoneSet::WithDeleted(
-                           base->tombstones(s), base->segments()[s]->num_docs(),
-                           rows, backend_));
+        tombstones[s],
+        TombstoneSet::WithDeleted(
+            base->tombstones(s), base->segments()[s]->num_docs(), rows,
+            backend_->shard(base->segments()[s]->shard())));
   }
   Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
                                            std::move(tombstones)));

@@ -8,8 +8,10 @@ Segment::Segment(SegmentData data, int64_t base_index)
     : data_(std::move(data)), base_index_(base_index) {}
 
 absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
-    SegmentData data, int64_t base_index, Backend* backend) {
+    SegmentData data, int64_t base_index, Backend* backend, int shard) {
   std::shared_ptr<Segment> seg(new Segment(std::move(data), base_index));
+  seg->shard_ = shard;
+  Backend* store = backend->shard(shard);
   seg->rows_.reserve(seg->data_.ids.size());
   for (size_t i = 0; i < seg->data_.ids.size(); ++i) {
     seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
@@ -17,11 +19,11 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
   // An empty token array still gets a (zero-byte) buffer so views are valid.
   MAXSIMD_ASSIGN_OR_RETURN(
       seg->resident_tokens_,
-      backend->Upload(seg->data_.tokens.data(), seg->data_.tokens.size()));
+      store->Upload(seg->data_.tokens.data(), seg->data_.tokens.size()));
   MAXSIMD_ASSIGN_OR_RETURN(
       seg->resident_cu_seqlens_,
-      backend->Upload(seg->data_.cu_seqlens.data(),
-                      seg->data_.cu_seqlens.size() * sizeof(int64_t)));
+      store->Upload(seg->data_.cu_seqlens.data(),
+                    seg->data_.cu_seqlens.size() * sizeof(int64_t)));
   return std::shared_ptr<const Segment>(std::move(seg));
 }
 

@@ -38,13 +38,14 @@ struct SegmentData {
 
 class Segment {
  public:
-  // Uploads the arrays to `backend` and indexes the ids. `base_index` is the
-  // internal index of the first document. Errors: RESOURCE_EXHAUSTED when
-  // the backend has no room (nothing is kept).
+  // Uploads the arrays to shard `shard` of `backend` and indexes the ids.
+  // `base_index` is the internal index of the first document. Errors:
+  // RESOURCE_EXHAUSTED when the shard has no room (nothing is kept).
   static absl::StatusOr<std::shared_ptr<const Segment>> Create(
-      SegmentData data, int64_t base_index, Backend* backend);
+      SegmentData data, int64_t base_index, Backend* backend, int shard = 0);
 
   int64_t base_index() const { return base_index_; }
+  int shard() const { return shard_; }
   int64_t num_docs() const { return static_cast<int64_t>(data_.ids.size()); }
   int64_t num_tokens() const { return data_.cu_seqlens.back(); }
   int64_t doc_tokens(int64_t doc) const {
@@ -68,6 +69,7 @@ class Segment {
 
   SegmentData data_;
   int64_t base_index_ = 0;
+  int shard_ = 0;
   absl::flat_hash_map<std::string, int64_t> rows_;
   std::unique_ptr<ResidentBuffer> resident_tokens_;
   std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;

@@ -48,6 +48,9 @@ class ResidentBuffer {
 struct SegmentRef {
   SegmentView host;
   SegmentView resident;
+  // The shard holding the resident view (Backend::shard); 0 on a backend
+  // with one shard.
+  int32_t shard = 0;
 };
 
 // One batch of queries. Either every query scans all live documents of every
@@ -119,6 +122,16 @@ struct SearchTiming {
   int64_t d2h_ns = 0;     // device-to-host copies of the results
 };
 
+// Memory one backend holds on one GPU, in bytes. free_bytes and
+// total_bytes describe the whole device (shared with anything else on it).
+struct DeviceMemory {
+  int device = 0;
+  int64_t corpus_bytes = 0;     // resident arrays returned by Upload()
+  int64_t workspace_bytes = 0;  // search workspaces, allocated at start-up
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
 // Limits a backend sizes its workspace for at start-up. A batch beyond them
 // is refused with INVALID_ARGUMENT naming the limit.
 struct BackendLimits {
@@ -152,6 +165,18 @@ class Backend {
 
   // False after a sticky device error; the server then reports NOT_SERVING.
   virtual bool healthy() const = 0;
+
+  // Data may be spread over shards (the GPUs of a ShardedBackend); one
+  // segment lives wholly in one shard, and Search() reads each SegmentRef
+  // from the shard its `shard` field names. A plain backend is its own
+  // single shard.
+  virtual int num_shards() const { return 1; }
+  // The backend that stores shard `i`: upload a segment's arrays through
+  // it. REQUIRES: 0 <= i < num_shards().
+  virtual Backend* shard(int /*i*/) { return this; }
+
+  // GPU memory per device; empty for a backend without GPUs.
+  virtual std::vector<DeviceMemory> Memory() const { return {}; }
 };
 
 // Checks a batch against the limits and the views' shapes, shared by every

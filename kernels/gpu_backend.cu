@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -67,9 +68,13 @@ class NvtxRange {
 // backend on device N leaves its callers' CUDA state as it found it.
 class DeviceGuard {
  public:
+  // Always sets the device, even when it is already the current one: on a
+  // thread that has made no runtime call yet, cudaSetDevice is what makes
+  // the primary context current, which driver calls (tensor map encoding)
+  // need.
   explicit DeviceGuard(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) MAXSIMD_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
+    MAXSIMD_CUDA_CHECK_NOTHROW(cudaSetDevice(device));
   }
   ~DeviceGuard() {
     int now = -1;
@@ -85,11 +90,17 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// One Upload()'s device memory. `held` counts the bytes of every live
+// buffer of its backend (shared, so a buffer may outlive the backend).
 class DeviceBuffer final : public ResidentBuffer {
  public:
-  DeviceBuffer(int device, void* ptr, size_t bytes)
-      : device_(device), ptr_(ptr), bytes_(bytes) {}
+  DeviceBuffer(int device, void* ptr, size_t bytes,
+               std::shared_ptr<std::atomic<int64_t>> held)
+      : device_(device), ptr_(ptr), bytes_(bytes), held_(std::move(held)) {
+    held_->fetch_add(static_cast<int64_t>(bytes_));
+  }
   ~DeviceBuffer() override {
+    held_->fetch_sub(static_cast<int64_t>(bytes_));
     if (ptr_ == nullptr) return;
     DeviceGuard guard(device_);
     MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(ptr_));
@@ -101,6 +112,7 @@ class DeviceBuffer final : public ResidentBuffer {
   int device_;
   void* ptr_;
   size_t bytes_;
+  std::shared_ptr<std::atomic<int64_t>> held_;
 };
 
 // Offsets of one request's inputs inside the staging blob; the pinned and
@@ -186,6 +198,7 @@ class GpuBackendImpl final : public Backend {
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
   bool healthy() const override { return healthy_.load(); }
+  std::vector<DeviceMemory> Memory() const override;
 
  private:
   struct Plan;  // one request's host-side plan
@@ -205,6 +218,9 @@ class GpuBackendImpl final : public Backend {
   GpuBackendOptions options_;
   int sm_count_ = 1;
   std::atomic<bool> healthy_{true};
+  std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  int64_t workspace_bytes_ = 0;  // device bytes of the workers, set by Init
   cudaStream_t upload_stream_ = nullptr;
   std::vector<Worker> workers_;
   absl::Mutex mu_;
@@ -299,7 +315,26 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
     MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p),
                                   w->ws.entries * sizeof(uint64_t)));
   }
+  workspace_bytes_ += static_cast<int64_t>(
+      w->in_bytes + (topk_entries + 2 * w->ws.entries) * sizeof(uint64_t) +
+      w->score_entries * sizeof(float));
   return absl::OkStatus();
+}
+
+std::vector<DeviceMemory> GpuBackendImpl::Memory() const {
+  DeviceMemory m;
+  m.device = options_.device;
+  m.corpus_bytes = corpus_bytes_->load();
+  m.workspace_bytes = workspace_bytes_;
+  DeviceGuard guard(options_.device);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    m.free_bytes = static_cast<int64_t>(free_bytes);
+    m.total_bytes = static_cast<int64_t>(total_bytes);
+  } else {
+    (void)cudaGetLastError();
+  }
+  return {m};
 }
 
 int GpuBackendImpl::AcquireWorker() {
@@ -334,7 +369,7 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
   DeviceGuard guard(options_.device);
   if (bytes == 0) {
     return std::unique_ptr<ResidentBuffer>(
-        new DeviceBuffer(options_.device, nullptr, 0));
+        new DeviceBuffer(options_.device, nullptr, 0, corpus_bytes_));
   }
   void* ptr = nullptr;
   const cudaError_t err = cudaMalloc(&ptr, bytes);
@@ -349,7 +384,8 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
   if (err != cudaSuccess) {
     return Sticky(CudaErrorToStatus(err, "cudaMalloc", __FILE__, __LINE__));
   }
-  auto buffer = std::make_unique<DeviceBuffer>(options_.device, ptr, bytes);
+  auto buffer = std::make_unique<DeviceBuffer>(options_.device, ptr, bytes,
+                                               corpus_bytes_);
   absl::Status st = [&]() -> absl::Status {
     MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(ptr, host, bytes, cudaMemcpyHostToDevice,
                                        upload_stream_));
@@ -649,7 +685,18 @@ absl::Status GpuBackendImpl::RunSearch(
     t.query_tiles =
         reinterpret_cast<const int32_t*>(w.dev_in + cap.query_tiles);
     t.maps = reinterpret_cast<const TensorMapBytes*>(w.dev_in + cap.maps);
-    const int64_t group = TmaMaxTiles(tma.warpgroups);
+    int64_t group = TmaMaxTiles(tma.warpgroups);
+    // A gather block scores one query's tiles only: when no query has more
+    // tiles than a block holds, one launch covers every query of the batch.
+    if (t.records != nullptr) {
+      int64_t most = 0;
+      for (int32_t q = 0; q < nq; ++q) {
+        most = std::max<int64_t>(
+            most, (tma.place[q + 1] - tma.place[q] + tma.tile_rows - 1) /
+                      tma.tile_rows);
+      }
+      if (most <= group) group = std::max<int64_t>(tma.tiles, 1);
+    }
     const int64_t blocks_per_tile = tma.tile_rows / 16;
     for (int64_t g0 = 0; g0 < tma.tiles; g0 += group) {
       t.tile_begin = static_cast<int32_t>(g0);

@@ -118,7 +118,7 @@ absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
 }  // namespace
 
 absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
-  if (p.num_tiles > TmaMaxTiles(p.warpgroups)) {
+  if (p.records == nullptr && p.num_tiles > TmaMaxTiles(p.warpgroups)) {
     return absl::InvalidArgumentError(
         absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
                      TmaMaxTiles(p.warpgroups)));

@@ -96,7 +96,10 @@ struct TmaLaunchParams {
   int32_t dpad = 0;        // TmaPaddedDim(dim)
   int32_t warpgroups = 1;  // 1 or 2
   // Staged query tiles; this launch covers tiles [tile_begin, tile_begin +
-  // num_tiles), num_tiles <= TmaMaxTiles(warpgroups).
+  // num_tiles). A block keeps running maxima for at most
+  // TmaMaxTiles(warpgroups) tiles: a scan's num_tiles must not exceed it; a
+  // gather block works on its own query's tiles only, so there the limit
+  // holds for each query's tiles within the launch.
   const void* q_tiles = nullptr;
   int32_t tile_begin = 0;
   int32_t num_tiles = 0;

@@ -25,7 +25,7 @@ start() {  # start <port> <flags...>
   cat "$work/server_$port.log" >&2
   return 1
 }
-start 50071 --device=0
+start 50071 --devices=0
 start 50072 --cpu
 grep -h "compute backend" "$work"/server_*.log
 

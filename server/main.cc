@@ -4,11 +4,13 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/types.h"
@@ -21,9 +23,22 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables it");
 ABSL_FLAG(bool, cpu, false, "Force the CPU backend even when a GPU is present");
-ABSL_FLAG(int, device, -1,
-          "CUDA device ordinal to serve on; -1 picks device 0 when a GPU is "
-          "present and falls back to the CPU otherwise");
+ABSL_FLAG(std::vector<std::string>, devices, {},
+          "Comma-separated CUDA device ordinals to serve on; empty = every "
+          "usable GPU, falling back to the CPU when there is none");
+ABSL_FLAG(int, shards_per_device, 1,
+          "Shards per device: corpora are split by document range over "
+          "devices x shards_per_device backends (more than 1 runs the "
+          "sharded path on one device)");
+ABSL_FLAG(int, gpu_workers, 4,
+          "Concurrent searches per GPU, each with its own stream and "
+          "workspace, so one batch's host staging and copies overlap "
+          "another's kernels");
+ABSL_FLAG(int, grpc_max_threads, 0,
+          "gRPC resource quota: most threads gRPC may use; 0 = gRPC default");
+ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
+          "gRPC resource quota: memory gRPC may use for calls; 0 = gRPC "
+          "default");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0 = one per core");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in bytes");
@@ -57,7 +72,9 @@ ABSL_FLAG(absl::Duration, min_execution_time, absl::ZeroDuration(),
           "Shortest time a batch is expected to take; a queued query whose "
           "deadline is nearer than this gets DEADLINE_EXCEEDED without "
           "running");
-ABSL_FLAG(int, executors, 1, "Executor threads feeding the backend");
+ABSL_FLAG(int, executors, 4,
+          "Scheduler threads running batches, each with one batch in flight; "
+          "match --gpu_workers so every GPU worker has a batch to run");
 ABSL_FLAG(int32_t, max_dim, 4096, "Largest corpus dimension accepted");
 ABSL_FLAG(int32_t, max_doc_tokens, 65536, "Most tokens in one document");
 ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
@@ -68,6 +85,10 @@ ABSL_FLAG(std::string, log_level, "info",
           "trace, debug (one line per request), info, warn, error or off");
 ABSL_FLAG(int64_t, demo_docs, 0,
           "If > 0, create corpus \"demo\" with this many synthetic documents");
+ABSL_FLAG(std::vector<std::string>, demo_corpus, {},
+          "Synthetic corpora to create at start, comma-separated "
+          "NAME:DOCS[:TOKENS[:DIM]] (TOKENS per document, 0 = random 32..300; "
+          "DIM default 128); health is NOT_SERVING until they are loaded");
 
 namespace {
 
@@ -94,13 +115,35 @@ int main(int argc, char** argv) {
   maxsimd::ServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  const int device = absl::GetFlag(FLAGS_device);
+  for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
+    int ordinal = -1;
+    if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
+      return Fail(absl::StrCat("--devices: \"", d,
+                               "\" is not a device ordinal (0, 1, ...)"));
+    }
+    o.devices.push_back(ordinal);
+  }
   if (absl::GetFlag(FLAGS_cpu)) {
-    if (device >= 0) return Fail("--cpu and --device exclude each other");
+    if (!o.devices.empty())
+      return Fail("--cpu and --devices exclude each other");
     o.backend = maxsimd::BackendChoice::kCpu;
-  } else if (device >= 0) {
+  } else if (!o.devices.empty()) {
     o.backend = maxsimd::BackendChoice::kGpu;
-    o.device = device;
+  }
+  o.shards_per_device = absl::GetFlag(FLAGS_shards_per_device);
+  o.gpu_workers = absl::GetFlag(FLAGS_gpu_workers);
+  if (o.shards_per_device < 1 || o.shards_per_device > 64) {
+    return Fail("--shards_per_device must be in [1, 64]");
+  }
+  if (o.gpu_workers < 1 || o.gpu_workers > 16) {
+    return Fail("--gpu_workers must be in [1, 16]");
+  }
+  o.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  o.grpc_memory_quota_bytes = absl::GetFlag(FLAGS_grpc_memory_quota_bytes);
+  if (o.grpc_max_threads < 0 || o.grpc_memory_quota_bytes < 0) {
+    return Fail(
+        "--grpc_max_threads and --grpc_memory_quota_bytes must not be "
+        "negative");
   }
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -143,7 +186,16 @@ int main(int argc, char** argv) {
       !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  o.demo_docs = absl::GetFlag(FLAGS_demo_docs);
+  if (const int64_t docs = absl::GetFlag(FLAGS_demo_docs); docs > 0) {
+    maxsimd::DemoCorpus demo;
+    demo.num_docs = docs;
+    o.demo_corpora.push_back(demo);
+  }
+  for (const std::string& spec : absl::GetFlag(FLAGS_demo_corpus)) {
+    auto demo = maxsimd::ParseDemoCorpus(spec, "demo_corpus");
+    if (!demo.ok()) return Fail(std::string(demo.status().message()));
+    o.demo_corpora.push_back(*demo);
+  }
 
   // Block the shutdown signals in every thread (they inherit this mask) so
   // that only sigwait() below receives them.

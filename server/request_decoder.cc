@@ -105,6 +105,12 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
         Field(field, "top_k"), " is ", req.top_k(), "; must be in [1, ",
         limits.max_top_k, "] (0 means ", kDefaultTopK, ")"));
   }
+  out.priority = req.priority();
+  if (out.priority < -kMaxPriority || out.priority > kMaxPriority) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "priority"), " is ", req.priority(),
+                     "; must be in [", -kMaxPriority, ", ", kMaxPriority, "]"));
+  }
 
   out.scan = req.candidate_ids_size() == 0;
   if (req.candidate_ids_size() > limits.max_candidates) {

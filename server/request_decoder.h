@@ -32,12 +32,17 @@ struct RequestLimits {
 inline constexpr int32_t kDefaultTopK = 10;
 
 // A query ready for a search batch.
+// Scheduling priorities a request may ask for lie in [-kMaxPriority,
+// kMaxPriority].
+inline constexpr int32_t kMaxPriority = 100;
+
 struct DecodedQuery {
   std::vector<float> tokens;  // [num_tokens, dim] fp32, normalised if asked
   int64_t num_tokens = 0;
   bool scan = true;                // false: rerank `candidates`
   std::vector<DocRef> candidates;  // de-duplicated, first occurrence kept
   int32_t top_k = kDefaultTopK;
+  int32_t priority = 0;  // in [-kMaxPriority, kMaxPriority]
 };
 
 // A tensor's element type and rows after shape and length checks; `data`

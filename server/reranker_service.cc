@@ -60,6 +60,7 @@ absl::StatusOr<QueryTask> RerankerService::Prepare(
   task.snapshot = (*corpus)->Snapshot();
   MAXSIMD_ASSIGN_OR_RETURN(
       task.query, DecodeQuery(request, *task.snapshot, limits_, field));
+  task.priority = task.query.priority;
   task.deadline = DeadlineOf(*ctx);
   task.cancel_key = cancel_key;
   task.is_cancelled = [ctx] { return ctx->IsCancelled(); };

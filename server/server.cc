@@ -1,14 +1,24 @@
 #include "server/server.h"
 
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "index/registry.h"
 #include "index/synthetic.h"
+#include "kernels/element.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/maxsim_cpu.h"
+#include "kernels/sharded_backend.h"
 #include "kernels/status_macros.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -35,53 +45,204 @@ BackendLimits LimitsFor(const ServerOptions& o) {
   return l;
 }
 
-absl::Status LoadDemoCorpus(CorpusRegistry* corpora, int64_t num_docs) {
-  SyntheticCorpusOptions so;
-  so.num_docs = num_docs;
-  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
-  CorpusConfig config;
-  config.name = "demo";
-  config.dim = synth.dim;
-  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
-                           corpora->Create(config));
-  DocumentBuilder builder(config, corpora->limits());
-  std::vector<int32_t> counts;
-  for (size_t i = 0; i + 1 < synth.cu_seqlens.size(); ++i) {
-    counts.push_back(
-        static_cast<int32_t>(synth.cu_seqlens[i + 1] - synth.cu_seqlens[i]));
-  }
-  MAXSIMD_RETURN_IF_ERROR(builder.Add(synth.ids, counts, synth.tokens.data(),
-                                      synth.cu_seqlens.back(), DType::kFloat32,
-                                      "demo corpus"));
-  return corpus->Append(builder.Take()).status();
+// Runs fn(i) for i in [0, n) on every core; returns when all are done.
+void ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < std::min(cores, n); ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
 }
 
+// Creates one demo corpus: synthetic documents "doc-<index>", generated in
+// chunks of about 2^20 tokens on every core (chunk c with seed c + 1) so a
+// large corpus never exists in fp32 at once. With a fixed document length
+// the chunks are written in place into one segment (one append, split over
+// the shards), so the corpus stays a few segments however large; with
+// random lengths each chunk is its own append.
+absl::Status LoadDemoCorpus(CorpusRegistry* corpora, const DemoCorpus& demo) {
+  CorpusConfig config;
+  config.name = demo.name;
+  config.dim = demo.dim;
+  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
+                           corpora->Create(config));
+  const int64_t len = demo.doc_tokens;
+  const int64_t chunk_docs =
+      std::max<int64_t>(1, (int64_t{1} << 20) / (len > 0 ? len : 166));
+  const int64_t chunks = (demo.num_docs + chunk_docs - 1) / chunk_docs;
+  auto generate = [&](int64_t c) {
+    SyntheticCorpusOptions so;
+    so.num_docs = std::min(chunk_docs, demo.num_docs - c * chunk_docs);
+    so.dim = demo.dim;
+    if (len > 0) so.min_tokens = so.max_tokens = static_cast<int32_t>(len);
+    so.seed = static_cast<uint64_t>(c) + 1;
+    SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+    for (int64_t i = 0; i < so.num_docs; ++i) {
+      synth.ids[i] = absl::StrCat("doc-", c * chunk_docs + i);
+    }
+    return synth;
+  };
+  absl::Mutex mu;
+  absl::Status status;
+  if (len == 0) {
+    ParallelFor(chunks, [&](int64_t c) {
+      SyntheticCorpus synth = generate(c);
+      std::vector<int32_t> counts;
+      for (size_t i = 0; i + 1 < synth.cu_seqlens.size(); ++i) {
+        counts.push_back(static_cast<int32_t>(synth.cu_seqlens[i + 1] -
+                                              synth.cu_seqlens[i]));
+      }
+      DocumentBuilder builder(config, corpora->limits());
+      absl::Status st = builder.Add(synth.ids, counts, synth.tokens.data(),
+                                    synth.cu_seqlens.back(), DType::kFloat32,
+                                    absl::StrCat("demo corpus ", demo.name));
+      if (st.ok()) st = corpus->Append(builder.Take()).status();
+      absl::MutexLock lock(&mu);
+      if (status.ok()) status = st;
+    });
+    return status;
+  }
+  SegmentData all;
+  all.dim = demo.dim;
+  all.dtype = config.storage_dtype;
+  const int64_t row_bytes = int64_t{demo.dim} * DTypeSize(all.dtype);
+  all.tokens.resize(demo.num_docs * len * row_bytes);
+  all.ids.resize(demo.num_docs);
+  all.cu_seqlens.resize(demo.num_docs + 1);
+  for (int64_t d = 0; d <= demo.num_docs; ++d) all.cu_seqlens[d] = d * len;
+  ParallelFor(chunks, [&](int64_t c) {
+    SyntheticCorpus synth = generate(c);
+    const int64_t first = c * chunk_docs;
+    ConvertFromFloat(synth.tokens.data(),
+                     static_cast<int64_t>(synth.tokens.size()), all.dtype,
+                     all.tokens.data() + first * len * row_bytes);
+    std::move(synth.ids.begin(), synth.ids.end(), all.ids.begin() + first);
+  });
+  return corpus->Append(std::move(all)).status();
+}
+
+// Exposes Backend::Memory() as maxsimd_gpu_memory_bytes{device,kind}.
+class BackendCollector final : public prometheus::Collectable {
+ public:
+  explicit BackendCollector(const Backend* backend) : backend_(backend) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    prometheus::MetricFamily f;
+    f.name = "maxsimd_gpu_memory_bytes";
+    f.help =
+        "GPU memory by device and kind: corpus (resident corpora), workspace "
+        "(search buffers), free and total (the whole device).";
+    f.type = prometheus::MetricType::Gauge;
+    for (const DeviceMemory& m : backend_->Memory()) {
+      const std::pair<const char*, int64_t> kinds[] = {
+          {"corpus", m.corpus_bytes},
+          {"workspace", m.workspace_bytes},
+          {"free", m.free_bytes},
+          {"total", m.total_bytes}};
+      for (const auto& [kind, bytes] : kinds) {
+        prometheus::ClientMetric c;
+        c.label = {{"device", std::to_string(m.device)}, {"kind", kind}};
+        c.gauge.value = static_cast<double>(bytes);
+        f.metric.push_back(std::move(c));
+      }
+    }
+    return {f};
+  }
+
+ private:
+  const Backend* backend_;
+};
+
 }  // namespace
+
+absl::StatusOr<DemoCorpus> ParseDemoCorpus(absl::string_view spec,
+                                           absl::string_view flag) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  DemoCorpus d;
+  int64_t tokens = 0, dim = d.dim;
+  const bool ok = parts.size() >= 2 && parts.size() <= 4 && !parts[0].empty() &&
+                  absl::SimpleAtoi(parts[1], &d.num_docs) && d.num_docs > 0 &&
+                  (parts.size() < 3 || (absl::SimpleAtoi(parts[2], &tokens) &&
+                                        tokens >= 0 && tokens <= (1 << 16))) &&
+                  (parts.size() < 4 || (absl::SimpleAtoi(parts[3], &dim) &&
+                                        dim >= 1 && dim <= 4096));
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": \"", spec,
+        "\" is not NAME:DOCS[:TOKENS[:DIM]] with DOCS >= 1, 0 <= TOKENS <= "
+        "65536 and 1 <= DIM <= 4096"));
+  }
+  d.name = parts[0];
+  d.doc_tokens = static_cast<int32_t>(tokens);
+  d.dim = static_cast<int32_t>(dim);
+  return d;
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     const ServerOptions& options) {
   const BackendLimits limits = LimitsFor(options);
+  const int per_device = std::max(1, options.shards_per_device);
+  std::vector<std::unique_ptr<Backend>> shards;
+  int threads_per_shard = 1;
   if (options.backend != BackendChoice::kCpu) {
-    const int devices = GpuBackend::DeviceCount();
-    if (devices > 0) {
-      GpuBackendOptions g;
-      g.device = options.device;
-      g.limits = limits;
-      absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
-      if (gpu.ok() || options.backend == BackendChoice::kGpu) return gpu;
-      spdlog::warn("GPU backend unavailable ({}); using the CPU backend",
-                   gpu.status().ToString());
-    } else if (options.backend == BackendChoice::kGpu) {
-      return absl::FailedPreconditionError(
-          "--device was given but no usable GPU was found");
+    const int count = GpuBackend::DeviceCount();
+    std::vector<int> devices = options.devices;
+    if (devices.empty()) {
+      for (int d = 0; d < count; ++d) devices.push_back(d);
     }
+    for (int d : devices) {
+      if (d < 0 || d >= count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--devices: GPU ", d, " does not exist; this machine has ", count,
+            " usable GPUs"));
+      }
+    }
+    if (devices.empty() && options.backend == BackendChoice::kGpu) {
+      return absl::FailedPreconditionError(
+          "--devices was given but no usable GPU was found");
+    }
+    absl::Status failure;
+    for (int d : devices) {
+      for (int i = 0; i < per_device && failure.ok(); ++i) {
+        GpuBackendOptions g;
+        g.device = d;
+        g.num_workers = std::max(1, options.gpu_workers);
+        g.limits = limits;
+        absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
+        if (gpu.ok()) {
+          shards.push_back(*std::move(gpu));
+        } else {
+          failure = gpu.status();
+        }
+      }
+    }
+    if (!failure.ok()) {
+      if (options.backend == BackendChoice::kGpu) return failure;
+      spdlog::warn("GPU backend unavailable ({}); using the CPU backend",
+                   failure.ToString());
+      shards.clear();
+    }
+    threads_per_shard = std::max(1, options.gpu_workers);
   }
-  CpuBackendOptions c;
-  c.num_threads = options.cpu_threads;
-  c.limits = limits;
-  MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
-                           CpuBackend::Create(c));
-  return std::unique_ptr<Backend>(std::move(cpu));
+  if (shards.empty()) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int threads =
+        options.cpu_threads > 0 ? options.cpu_threads : std::max(1, cores);
+    for (int i = 0; i < per_device; ++i) {
+      CpuBackendOptions c;
+      c.num_threads = std::max(1, threads / per_device);
+      c.limits = limits;
+      MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
+                               CpuBackend::Create(c));
+      shards.push_back(std::move(cpu));
+    }
+    threads_per_shard = 1;
+  }
+  if (shards.size() == 1) return std::move(shards[0]);
+  return ShardedBackend::Create(std::move(shards), threads_per_shard);
 }
 
 MaxsimServer::MaxsimServer() = default;
@@ -93,7 +254,9 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   MAXSIMD_RETURN_IF_ERROR(ValidateSchedulerOptions(options.scheduler));
   std::unique_ptr<MaxsimServer> s(new MaxsimServer);
   s->options_ = options;
-  MAXSIMD_ASSIGN_OR_RETURN(s->backend_, CreateBackend(options));
+  MAXSIMD_ASSIGN_OR_RETURN(s->backend_, options.backend_factory
+                                            ? options.backend_factory(options)
+                                            : CreateBackend(options));
   spdlog::info("compute backend: {}", s->backend_->name());
 
   s->prom_registry_ = std::make_shared<prometheus::Registry>();
@@ -109,13 +272,6 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   s->admin_ = std::make_unique<AdminService>(
       s->corpora_.get(), options.admin_limits, s->metrics_.get());
 
-  if (options.demo_docs > 0) {
-    MAXSIMD_RETURN_IF_ERROR(
-        LoadDemoCorpus(s->corpora_.get(), options.demo_docs));
-    spdlog::info("loaded corpus \"demo\" with {} synthetic documents",
-                 options.demo_docs);
-  }
-
   // Reflection describes every service in the generated descriptor pool;
   // touching the health descriptor links grpc.health.v1 into that pool.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
@@ -124,6 +280,13 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &s->port_);
+  grpc::ResourceQuota quota("maxsimd");
+  if (options.grpc_max_threads > 0)
+    quota.SetMaxThreads(options.grpc_max_threads);
+  if (options.grpc_memory_quota_bytes > 0) {
+    quota.Resize(static_cast<size_t>(options.grpc_memory_quota_bytes));
+  }
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(s->reranker_.get());
@@ -133,6 +296,7 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
     return absl::UnavailableError(
         absl::StrCat("could not listen on --listen=", options.listen));
   }
+  s->SetServing(false);  // until the corpora are loaded
 
   if (!options.metrics_listen.empty()) {
     try {
@@ -150,18 +314,43 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
                             [scheduler](const std::string& corpus) {
                               return scheduler->queued(corpus);
                             }),
+                        std::make_shared<BackendCollector>(s->backend_.get()),
                         std::make_shared<ProcessCollector>()};
     for (const auto& c : s->collectables_) s->exposer_->RegisterCollectable(c);
     s->metrics_port_ = s->exposer_->GetListeningPorts().front();
   }
 
-  grpc::HealthCheckServiceInterface* health =
-      s->server_->GetHealthCheckService();
-  for (const char* service : kServices) health->SetServingStatus(service, true);
-  health->SetServingStatus(true);
+  for (const DemoCorpus& demo : options.demo_corpora) {
+    const absl::Time start = absl::Now();
+    MAXSIMD_RETURN_IF_ERROR(LoadDemoCorpus(s->corpora_.get(), demo));
+    spdlog::info("loaded corpus \"{}\": {} synthetic documents in {}",
+                 demo.name, demo.num_docs,
+                 absl::FormatDuration(absl::Now() - start));
+  }
+  s->SetServing(s->backend_->healthy());
+  MaxsimServer* server = s.get();
+  s->health_thread_ = std::thread([server] {
+    while (!server->stop_.WaitForNotificationWithTimeout(
+        server->options_.health_poll_interval)) {
+      const bool healthy = server->backend_->healthy();
+      if (healthy != server->serving_.load()) {
+        if (!healthy) spdlog::error("the backend failed; health NOT_SERVING");
+        server->SetServing(healthy);
+      }
+    }
+  });
   spdlog::info("serving on port {}, metrics on port {}", s->port_,
                s->metrics_port_);
   return s;
+}
+
+void MaxsimServer::SetServing(bool serving) {
+  serving_.store(serving);
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  for (const char* service : kServices) {
+    health->SetServingStatus(service, serving);
+  }
+  health->SetServingStatus(serving);
 }
 
 void MaxsimServer::Shutdown() {
@@ -169,7 +358,9 @@ void MaxsimServer::Shutdown() {
   shut_down_ = true;
   spdlog::info("draining (deadline {})",
                absl::FormatDuration(options_.drain_timeout));
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  stop_.Notify();
+  if (health_thread_.joinable()) health_thread_.join();
+  SetServing(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();
   server_->Wait();

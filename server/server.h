@@ -2,6 +2,11 @@
 // scheduler, gRPC services (Reranker, Admin, grpc.health.v1, reflection) and
 // the Prometheus endpoint, and shuts them down in order.
 //
+// Readiness: health (grpc.health.v1, for the whole server and each service)
+// is NOT_SERVING from the moment the port opens until the demo corpora are
+// loaded, again whenever the backend reports a sticky device failure, and
+// from the start of a drain.
+//
 // Shutdown order: health turns NOT_SERVING, gRPC stops accepting calls and
 // waits up to the drain deadline for calls in flight (the scheduler keeps
 // executing meanwhile, so queued queries finish), then the scheduler stops
@@ -12,11 +17,16 @@
 #ifndef MAXSIMD_SERVER_SERVER_H_
 #define MAXSIMD_SERVER_SERVER_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "index/corpus.h"
 #include "server/admin_service.h"
@@ -41,19 +51,45 @@ class RerankerService;
 
 enum class BackendChoice { kAuto, kCpu, kGpu };
 
+// A synthetic corpus created at start-up (the demo, load tests).
+struct DemoCorpus {
+  std::string name = "demo";
+  int64_t num_docs = 0;
+  int32_t doc_tokens = 0;  // tokens per document; 0 = random in [32, 300]
+  int32_t dim = 128;
+};
+
+// Parses "NAME:DOCS[:TOKENS[:DIM]]"; INVALID_ARGUMENT naming `flag`.
+absl::StatusOr<DemoCorpus> ParseDemoCorpus(absl::string_view spec,
+                                           absl::string_view flag);
+
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";         // port 0 picks a free port
   std::string metrics_listen = "0.0.0.0:9464";  // empty: no /metrics
   BackendChoice backend = BackendChoice::kAuto;
-  int device = 0;       // CUDA ordinal for the GPU backend
+  // CUDA ordinals to serve on; empty = every usable GPU.
+  std::vector<int> devices;
+  // Shards per device (GPU, or the host for the CPU backend): corpora are
+  // split by document range over devices x shards_per_device backends.
+  // More than 1 runs the sharded path on one device (tests, benchmarks).
+  int shards_per_device = 1;
+  int gpu_workers = 4;  // concurrent searches per GPU backend (streams)
   int cpu_threads = 0;  // CPU backend threads; 0 = one per core
   int64_t max_message_bytes = 64 << 20;
+  int grpc_max_threads = 0;             // gRPC resource quota; 0 = default
+  int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default
   absl::Duration drain_timeout = absl::Seconds(30);
+  // How often a sticky backend failure is looked for (health turns
+  // NOT_SERVING).
+  absl::Duration health_poll_interval = absl::Milliseconds(200);
   RequestLimits request_limits;
   CorpusLimits corpus_limits;
   AdminLimits admin_limits;
   SchedulerOptions scheduler;
-  int64_t demo_docs = 0;  // > 0: create corpus "demo" with synthetic docs
+  std::vector<DemoCorpus> demo_corpora;  // created before health is SERVING
+  // Makes the backend; null = CreateBackend(). Lets tests wrap a backend.
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(const ServerOptions&)>
+      backend_factory;
 };
 
 class MaxsimServer {
@@ -67,12 +103,17 @@ class MaxsimServer {
   void Shutdown();
 
   int port() const { return port_; }
+  // Whether health reports SERVING: corpora loaded, backend healthy, not
+  // draining.
+  bool serving() const { return serving_.load(); }
   int metrics_port() const { return metrics_port_; }
   CorpusRegistry* corpora() const { return corpora_.get(); }
   Backend* backend() const { return backend_.get(); }
 
  private:
   MaxsimServer();
+  // Sets the health of the whole server and of each service.
+  void SetServing(bool serving);
 
   ServerOptions options_;
   std::unique_ptr<Backend> backend_;
@@ -89,6 +130,10 @@ class MaxsimServer {
   int port_ = 0;
   int metrics_port_ = 0;
   bool shut_down_ = false;
+  std::atomic<bool> serving_{false};
+  // Watches backend health until Shutdown(); stops when `stop_` is notified.
+  absl::Notification stop_;
+  std::thread health_thread_;
 };
 
 // Creates the backend the options ask for; kAuto takes the GPU when one is

@@ -367,7 +367,7 @@ struct TmaBlock {
           if (!resident) MbarArrive(&qempty[slot]);
           if (k == nw - 1) MbarArrive(&empty[s]);
         }
-        Epilogue(acc, h, nseg, ta + wg + k * kWG - p.tile_begin);
+        Epilogue(acc, h, nseg, wg + k * kWG);
       }
       if (nw == 0 && lane == 0) MbarArrive(&empty[s]);
       NamedBarrier(1, S::kConsumers);
@@ -453,7 +453,7 @@ struct TmaBlock {
   }
 
   // The segmented max of one tile, segment by segment. lt: the tile's index
-  // within the launch.
+  // within the block's tiles [ta, ta + ntiles).
   __device__ __forceinline__ void Epilogue(const float (&acc)[S::kN / 2],
                                            const TmaChunkHeader* h, int nseg,
                                            int lt) {
@@ -473,8 +473,8 @@ struct TmaBlock {
   // Sums the row-block partials of every document that ended in this chunk,
   // per query, in block order.
   __device__ __forceinline__ void Finalize(const TmaChunkHeader* h, int nseg) {
-    const int b0 = p.tile_begin * S::kBlocksPerTile;
-    const int b1 = b0 + p.num_tiles * S::kBlocksPerTile;
+    const int b0 = ta * S::kBlocksPerTile;
+    const int b1 = b0 + ntiles * S::kBlocksPerTile;
     const int qa = gather ? query : p.q_begin;
     const int nq = gather ? 1 : p.q_end - p.q_begin;
     for (int item = threadIdx.x; item < nseg * nq; item += S::kConsumers) {

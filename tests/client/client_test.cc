@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -54,6 +56,7 @@ class FakeReranker final : public v1::Reranker::Service {
       absl::MutexLock lock(&mu_);
       last_deadline_ = context->deadline();
       last_request_ = *request;
+      last_peer_ = context->peer();
     }
     if (request->corpus() == "missing") {
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
@@ -111,11 +114,17 @@ class FakeReranker final : public v1::Reranker::Service {
     absl::MutexLock lock(&mu_);
     return last_request_;
   }
+  // The client's address as the server saw it ("ipv4:127.0.0.1:PORT").
+  std::string last_peer() {
+    absl::MutexLock lock(&mu_);
+    return last_peer_;
+  }
 
  private:
   absl::Mutex mu_;
   std::chrono::system_clock::time_point last_deadline_ ABSL_GUARDED_BY(mu_);
   v1::RerankRequest last_request_ ABSL_GUARDED_BY(mu_);
+  std::string last_peer_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeAdmin final : public v1::Admin::Service {
@@ -376,6 +385,74 @@ TEST_F(ClientTest, DeadlineExceededWhenServerIsSlow) {
   EXPECT_THAT(client->Rerank(MakeQuery("slow", 1, 4, "")),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST_F(ClientTest, RerankAsyncAnswersLikeRerank) {
+  std::unique_ptr<Client> client = Connect();
+  ASSERT_NE(client, nullptr);
+  Query q = MakeQuery("c", 2, 4, "async");
+  q.candidate_ids = {"d1", "d2", "d3"};
+  absl::StatusOr<v1::RerankResponse> expected = client->Rerank(q);
+  MAXSIMD_ASSERT_OK(expected);
+  // Several calls in flight at once; each callback must run exactly once
+  // (BlockingCounter aborts on an extra decrement).
+  constexpr int kCalls = 16;
+  std::vector<absl::StatusOr<v1::RerankResponse>> got(
+      kCalls, absl::UnknownError("callback never ran"));
+  absl::BlockingCounter pending(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    client->RerankAsync(
+        q, [&got, &pending, i](absl::StatusOr<v1::RerankResponse> response) {
+          got[i] = std::move(response);
+          pending.DecrementCount();
+        });
+  }
+  pending.Wait();
+  for (int i = 0; i < kCalls; ++i) {
+    SCOPED_TRACE(i);
+    MAXSIMD_ASSERT_OK(got[i]);
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals(*got[i], *expected))
+        << got[i]->DebugString();
+  }
+  EXPECT_EQ(reranker_.last_request().query().data(),
+            client->ToRequest(q).query().data());
+}
+
+TEST_F(ClientTest, RerankAsyncDeliversErrors) {
+  std::unique_ptr<Client> client = Connect(false, absl::Milliseconds(200));
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<v1::RerankResponse> missing = absl::UnknownError("unset");
+  absl::StatusOr<v1::RerankResponse> slow = absl::UnknownError("unset");
+  absl::BlockingCounter pending(2);
+  client->RerankAsync(MakeQuery("missing", 1, 4, ""),
+                      [&](absl::StatusOr<v1::RerankResponse> response) {
+                        missing = std::move(response);
+                        pending.DecrementCount();
+                      });
+  client->RerankAsync(MakeQuery("slow", 1, 4, ""),
+                      [&](absl::StatusOr<v1::RerankResponse> response) {
+                        slow = std::move(response);
+                        pending.DecrementCount();
+                      });
+  pending.Wait();
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound,
+                                HasSubstr("corpus 'missing' not found")));
+  EXPECT_THAT(slow, StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST_F(ClientTest, DistinctClientsUseDistinctConnections) {
+  std::unique_ptr<Client> first = Connect();
+  std::unique_ptr<Client> second = Connect();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  MAXSIMD_ASSERT_OK(first->Rerank(MakeQuery("c", 1, 4, "")));
+  const std::string first_peer = reranker_.last_peer();
+  MAXSIMD_ASSERT_OK(second->Rerank(MakeQuery("c", 1, 4, "")));
+  EXPECT_NE(reranker_.last_peer(), first_peer);
+  // One Client keeps its connection.
+  MAXSIMD_ASSERT_OK(first->Rerank(MakeQuery("c", 1, 4, "")));
+  EXPECT_EQ(reranker_.last_peer(), first_peer);
 }
 
 TEST(ClientConnectTest, UnreachableServerIsUnavailable) {

@@ -2,9 +2,7 @@
 // `maxsimctl` tool and the C++ client library. Checks health, an
 // add -> query -> delete -> query cycle against the scalar reference, and
 // that SIGTERM drains a request in flight before the process exits 0.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,22 +24,11 @@
 #include "index/npy.h"
 #include "kernels/element.h"
 #include "kernels/maxsim_reference.h"
+#include "tests/e2e/e2e_support.h"
 #include "tests/support/http.h"
 
 namespace maxsimd {
 namespace {
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Runs a command, returning (exit code, stdout).
 std::pair<int, std::string> RunCommand(const std::string& cmd) {
@@ -60,58 +47,31 @@ class E2eTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            absl::StrCat("maxsimd_e2e_", getpid(), "_", ++counter_);
     std::filesystem::create_directories(dir_);
-    port_ = FreePort();
-    metrics_port_ = FreePort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string listen = absl::StrCat("--listen=127.0.0.1:", port_);
-      const std::string metrics =
-          absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port_);
-      execl(MAXSIMD_SERVER_BIN, MAXSIMD_SERVER_BIN, listen.c_str(),
-            metrics.c_str(), "--cpu", "--log_level=warn", "--drain_timeout=20s",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    ClientOptions o;
-    o.target = absl::StrCat("127.0.0.1:", port_);
-    o.timeout = absl::Seconds(60);
-    client_ = Client::Create(o).value();
-    // Up to 20 s for the server to come up.
-    for (int i = 0; i < 200; ++i) {
-      auto health = client_->CheckHealth("");
-      if (health.ok() && *health == 1) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "server did not become SERVING";
+    auto server = ::maxsimd::testing::ServerProcess::Start(
+        {"--drain_timeout=20s", "--max_queue_delay=1s"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    port_ = server_->port();
+    metrics_port_ = server_->metrics_port();
+    client_ = server_->NewClient();
   }
 
   void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
+    server_.reset();
     std::filesystem::remove_all(dir_);
   }
 
   std::string Ctl(const std::string& args) {
-    return absl::StrCat(MAXSIMCTL_BIN, " --target=127.0.0.1:", port_, " ",
-                        args);
-  }
-
-  // Sends SIGTERM and returns the exit status once the process is gone.
-  int TerminateAndWait() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char* ctl = std::getenv("MAXSIMD_E2E_CTL_BIN");
+    return absl::StrCat(ctl != nullptr ? ctl : MAXSIMCTL_BIN,
+                        " --target=127.0.0.1:", port_, " ", args);
   }
 
   static inline int counter_ = 0;
   std::filesystem::path dir_;
   int port_ = 0;
   int metrics_port_ = 0;
-  pid_t pid_ = -1;
+  std::unique_ptr<::maxsimd::testing::ServerProcess> server_;
   std::unique_ptr<Client> client_;
 };
 
@@ -240,11 +200,12 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   EXPECT_EQ(::maxsimd::testing::CheckPrometheusText(*text), "");
   EXPECT_NE(text->find("maxsimd_corpus_documents{corpus=\"e2e\"} 398"),
             std::string::npos);
-  EXPECT_EQ(TerminateAndWait(), 0);
+  EXPECT_EQ(server_->TerminateAndWait(), 0);
 }
 
 TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
-  // A corpus big enough that a batch of scans takes a few seconds on the CPU.
+  // A corpus big enough that a batch of scans takes a few seconds on the
+  // CPU; on a GPU the batch still waits out --max_queue_delay (1 s).
   DocumentBatch docs;
   docs.dim = 128;
   docs.cu_seqlens = {0};
@@ -277,16 +238,12 @@ TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto sigterm_at = Clock::now();
-  kill(pid_, SIGTERM);
+  server_->Signal(SIGTERM);
   const auto [status, finished_at] = pending.get();
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_GT(finished_at, sigterm_at)
       << "the batch finished before SIGTERM; make the workload larger";
-  int exit_status = 0;
-  waitpid(pid_, &exit_status, 0);
-  pid_ = -1;
-  ASSERT_TRUE(WIFEXITED(exit_status));
-  EXPECT_EQ(WEXITSTATUS(exit_status), 0);
+  EXPECT_EQ(server_->WaitForExit(absl::Seconds(60)), 0);
 }
 
 }  // namespace

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The service benchmark: maxsimd and bench/loadgen on one host over
+# loopback, on a machine with an NVIDIA GPU. Each case starts a server with
+# its synthetic corpus, waits for health SERVING, drives it with loadgen, and
+# stops it with SIGTERM. Reports (JSON, one per case) and server logs go to
+# the output folder; a summary table is printed last.
+#
+#   bench/service_bench.sh <bin-dir> <out-dir> [case...]
+#
+# Cases (default: idle scan sharded rerank):
+#   idle     one client, --max_queue_delay=0: end-to-end latency against the
+#            server-reported kernel time (rerank of 1,000 candidates and a
+#            scan, on 100k documents of 300 tokens)
+#   scan     full scan of 100k documents, top-100: open-loop sweep
+#   sharded  the scan case's heaviest point with the corpus in two shards on
+#            one GPU (--shards_per_device=2)
+#   rerank   1,000 candidates of a 500k-document corpus: open-loop sweep
+#   rerank_e2     the rerank sweep with 2 executors and 2 GPU workers
+#   rerank100k    the rerank sweep on the 100k-document corpus
+#   rerank100k_2lg  the highest rerank rate from two loadgen processes
+#   scan_e1       the scan sweep with one executor (--executors=1)
+#   scan_e1_b128  the same with batches of 128 queries
+#
+# Environment: SERVER_FLAGS (extra maxsimd flags), DURATION (seconds per
+# measured point, default 5), RERANK_RATES, SCAN_RATES (comma-separated).
+set -euo pipefail
+
+bin=${1:?usage: $0 <bin-dir> <out-dir> [case...]}
+out=${2:?usage: $0 <bin-dir> <out-dir> [case...]}
+shift 2
+cases=("$@")
+[[ ${#cases[@]} -gt 0 ]] || cases=(idle scan sharded rerank)
+duration=${DURATION:-5}
+rerank_rates=${RERANK_RATES:-5000,10000,15000,20000,25000,30000}
+scan_rates=${SCAN_RATES:-500,1000,1500,2000,2500}
+port=50151
+mkdir -p "$out"
+
+server_pid=""
+stop_server() {
+  [[ -n "$server_pid" ]] || return 0
+  kill -TERM "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+trap stop_server EXIT
+
+# start_server <name> <flags...>: starts maxsimd and waits (up to 10 min,
+# the corpus load) for health SERVING.
+start_server() {
+  local name=$1
+  shift
+  "$bin/maxsimd" --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$((port + 1)) \
+    --log_level=info ${SERVER_FLAGS:-} "$@" >"$out/server_$name.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 3000); do
+    if "$bin/maxsimctl" --target=127.0.0.1:$port health 2>/dev/null | grep -q '^SERVING'; then
+      grep -h "compute backend\|loaded corpus" "$out/server_$name.log"
+      return 0
+    fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "service_bench: server for $name did not become SERVING" >&2
+  tail -20 "$out/server_$name.log" >&2
+  return 1
+}
+
+loadgen() {
+  "$bin/loadgen" --target=127.0.0.1:$port --warmup=1s --duration="${duration}s" "$@"
+}
+
+scrape() {  # scrape <name>: keep the server's metrics
+  curl -s "127.0.0.1:$((port + 1))/metrics" >"$out/metrics_$1.txt" || true
+}
+
+# scan_sweep <case> <rates> [server flags...]: full scans, top-100, on 100k
+# documents.
+scan_sweep() {
+  local c=$1 rates=$2
+  shift 2
+  start_server "$c" --demo_corpus=scan:100000:300 --max_queue_delay=5ms "$@"
+  loadgen --corpus=scan --candidates=0 --top_k=100 --channels=4 \
+    --sweep="$rates" --json="$out/${c}_sweep.json"
+  scrape "$c"
+  stop_server
+}
+
+# rerank_sweep <case> <corpus> <docs> [server flags...]: 1,000 candidates
+# of <docs> documents.
+rerank_sweep() {
+  local c=$1 corpus=$2 docs=$3
+  shift 3
+  start_server "$c" --demo_corpus="$corpus:$docs:300" --max_queue_delay=1ms "$@"
+  loadgen --corpus="$corpus" --candidates=1000 --num_docs="$docs" --top_k=10 \
+    --channels=8 --senders=8 --sweep="$rerank_rates" \
+    --json="$out/${c}_sweep.json"
+  scrape "$c"
+  stop_server
+}
+
+for c in "${cases[@]}"; do
+  case $c in
+    idle)
+      start_server idle --demo_corpus=scan:100000:300 --max_queue_delay=0
+      loadgen --corpus=scan --candidates=1000 --mode=closed --concurrency=1 \
+        --json="$out/idle_rerank.json"
+      loadgen --corpus=scan --candidates=0 --top_k=100 --mode=closed \
+        --concurrency=1 --json="$out/idle_scan.json"
+      scrape idle
+      stop_server
+      ;;
+    scan) scan_sweep scan "$scan_rates" ;;
+    sharded) scan_sweep sharded "${scan_rates##*,}" --shards_per_device=2 ;;
+    # One executor (no two batches sharing the GPU), batches of 64 or 128.
+    scan_e1) scan_sweep scan_e1 "$scan_rates" --executors=1 ;;
+    scan_e1_b128)
+      scan_sweep scan_e1_b128 "$scan_rates" --executors=1 \
+        --batch_max_queries=128
+      ;;
+    rerank) rerank_sweep rerank rerank 500000 ;;
+    # Two batches in flight instead of the default four.
+    rerank_e2) rerank_sweep rerank_e2 rerank 500000 --executors=2 --gpu_workers=2 ;;
+    rerank100k) rerank_sweep rerank100k scan 100000 ;;
+    rerank100k_2lg)
+      # Two load generator processes at half the rate each, with a thread
+      # snapshot (top -H) mid-run: tells a client-bound run from a
+      # server-bound one.
+      start_server rerank100k_2lg --demo_corpus=scan:100000:300 \
+        --max_queue_delay=1ms
+      pids=()
+      for i in 1 2; do
+        loadgen --corpus=scan --candidates=1000 --num_docs=100000 --top_k=10 \
+          --channels=4 --seed=$i --rate=$((${rerank_rates##*,} / 2)) \
+          --json="$out/rerank100k_2lg_$i.json" >"$out/rerank100k_2lg_$i.txt" &
+        pids+=($!)
+      done
+      sleep $((duration / 2 + 1))
+      top -b -H -n 1 -w 200 | head -60 >"$out/top_rerank100k_2lg.txt" || true
+      wait "${pids[@]}"
+      cat "$out"/rerank100k_2lg_[12].txt
+      scrape rerank100k_2lg
+      stop_server
+      ;;
+    *) echo "service_bench: unknown case $c" >&2; exit 1 ;;
+  esac
+done
+shopt -s nullglob
+python3 "$(dirname "${BASH_SOURCE[0]}")/plot_curve.py" "$out"/idle_*.json \
+  "$out"/*_sweep.json
