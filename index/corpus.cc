@@ -14,10 +14,6 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 128;
 
-// An append of at least this many token bytes is split over every shard of
-// a sharded backend, so that a scan of it runs on all of them.
-constexpr int64_t kShardSplitBytes = int64_t{8} << 20;
-
 // Cuts `data` into `pieces` contiguous document ranges of about equal token
 // counts (none empty). REQUIRES: 1 <= pieces <= number of documents.
 std::vector<SegmentData> SplitByTokens(SegmentData data, int pieces) {
@@ -308,7 +304,7 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   // A large append is split by document range over every shard; a small
   // one goes whole to the emptiest shard.
   const int pieces =
-      static_cast<int64_t>(data.tokens.size()) >= kShardSplitBytes
+      static_cast<int64_t>(data.tokens.size()) >= limits_.shard_split_bytes
           ? static_cast<int>(std::min<int64_t>(order.size(), added))
           : 1;
   std::vector<SegmentData> parts = SplitByTokens(std::move(data), pieces);

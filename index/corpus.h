@@ -47,6 +47,11 @@ struct CorpusLimits {
   int32_t max_dim = 4096;
   int32_t max_doc_tokens = 1 << 16;
   int32_t max_id_bytes = 256;
+  // An append of at least this many token bytes is split by document range
+  // over every shard of a sharded backend, so that a scan of it runs on all
+  // of them; a smaller one goes whole to the shard holding the fewest bytes
+  // of the corpus.
+  int64_t shard_split_bytes = int64_t{8} << 20;
 };
 
 // Checks a corpus name and configuration; names the field and the limit.

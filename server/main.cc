@@ -77,6 +77,10 @@ ABSL_FLAG(int, executors, 4,
           "match --gpu_workers so every GPU worker has a batch to run");
 ABSL_FLAG(int32_t, max_dim, 4096, "Largest corpus dimension accepted");
 ABSL_FLAG(int32_t, max_doc_tokens, 65536, "Most tokens in one document");
+ABSL_FLAG(int64_t, shard_split_bytes, int64_t{8} << 20,
+          "With several shards, an append of at least this many token bytes "
+          "is split by document range over all of them; a smaller one goes "
+          "whole to the emptiest");
 ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
           "Most bytes of token storage one AddDocuments stream may carry");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
@@ -170,6 +174,10 @@ int main(int argc, char** argv) {
   }
   o.corpus_limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);
+  o.corpus_limits.shard_split_bytes = absl::GetFlag(FLAGS_shard_split_bytes);
+  if (o.corpus_limits.shard_split_bytes < 1) {
+    return Fail("--shard_split_bytes must be at least 1");
+  }
   o.admin_limits.max_stream_bytes = absl::GetFlag(FLAGS_max_add_stream_bytes);
   o.scheduler.max_queued_queries = absl::GetFlag(FLAGS_max_queued_queries);
   o.scheduler.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);

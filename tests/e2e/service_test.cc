@@ -236,6 +236,27 @@ TEST(ServiceTest, FiftyConcurrentClientsGetTheReferenceRanking) {
   std::printf("largest batch: %d queries\n", largest_batch);
 }
 
+// A corpus split over three shards (--shard_split_bytes small enough that
+// the one upload is cut by document range) answers exactly like one
+// backend: each shard ranks its part and the per-shard top-k lists merge.
+TEST(ServiceTest, ShardedServerGetsTheReferenceRanking) {
+  std::mt19937_64 rng(TestSeed());
+  const TestCorpus corpus = MakeCorpus("sharded", rng, 300, 1, 48, 64);
+  absl::StatusOr<Fixture> f = StartWithCorpus(
+      {"--shards_per_device=3", "--shard_split_bytes=1024"}, corpus);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<v1::CorpusInfo> info = f->client->GetCorpus(corpus.name);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_segments(), 3);
+  for (int r = 0; r < 24; ++r) {
+    // Scans, and reranks whose candidates fall in several shards.
+    const int candidates =
+        r % 2 == 0 ? 0 : std::uniform_int_distribution<int>(1, 150)(rng);
+    const Probe p = MakeProbe(corpus, rng, 1, 32, candidates);
+    EXPECT_EQ(Check(p, f->client->Rerank(p.query)), "") << "request " << r;
+  }
+}
+
 // With room for four queued queries and a 50 ms batching window, a burst of
 // concurrent requests must be refused with RESOURCE_EXHAUSTED naming the
 // flag, never with another error; the admitted ones still rank exactly, the
