@@ -107,6 +107,11 @@ for c in "${cases[@]}"; do
         --json="$out/idle_rerank.json"
       loadgen --corpus=scan --candidates=0 --top_k=100 --mode=closed \
         --concurrency=1 --json="$out/idle_scan.json"
+      # The same with blocking calls: no callback thread on the client.
+      loadgen --corpus=scan --candidates=1000 --mode=closed --concurrency=1 \
+        --blocking --json="$out/idle_rerank_blocking.json"
+      loadgen --corpus=scan --candidates=0 --top_k=100 --mode=closed \
+        --concurrency=1 --blocking --json="$out/idle_scan_blocking.json"
       scrape idle
       stop_server
       ;;

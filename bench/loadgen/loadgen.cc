@@ -11,7 +11,8 @@
 // is still charged for the wait (no coordinated omission). Requests that
 // would exceed --max_outstanding are counted as not_sent instead.
 // Closed loop (--mode=closed): --concurrency requests in flight, each
-// re-issued by the completion callback of the one before.
+// re-issued by the completion callback of the one before, or with
+// --blocking by one thread per request in flight making blocking calls.
 //
 // A point runs --warmup (discarded), then measures until --duration passes
 // or --requests have been issued, whichever comes first, and waits for every
@@ -74,6 +75,9 @@ ABSL_FLAG(std::vector<std::string>, sweep, {},
           "Open loop: comma-separated rates, one measured point each "
           "(overrides --rate)");
 ABSL_FLAG(int32_t, concurrency, 8, "Closed loop: requests in flight");
+ABSL_FLAG(bool, blocking, false,
+          "Closed loop: one thread per request in flight, each making "
+          "blocking calls (no callback-thread hop on the client)");
 ABSL_FLAG(int32_t, senders, 4,
           "Open loop: threads issuing requests, each at --rate / --senders");
 ABSL_FLAG(int32_t, channels, 1,
@@ -100,6 +104,7 @@ struct Config {
   bool open_loop = true;
   std::vector<double> rates;  // open loop: one point per rate
   int32_t concurrency = 0;
+  bool blocking = false;
   int32_t channels = 0;
   int32_t senders = 1;
   int32_t dim = 0;
@@ -143,6 +148,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
     return absl::InvalidArgumentError("--dtype must be fp32 or fp16");
   }
   c.concurrency = absl::GetFlag(FLAGS_concurrency);
+  c.blocking = absl::GetFlag(FLAGS_blocking);
   c.channels = absl::GetFlag(FLAGS_channels);
   c.senders = absl::GetFlag(FLAGS_senders);
   c.dim = absl::GetFlag(FLAGS_dim);
@@ -269,6 +275,14 @@ class LoadPoint {
 
   PointResult Closed(int32_t concurrency) {
     Start();
+    if (config_.blocking) {
+      std::vector<std::thread> workers;
+      for (int32_t i = 0; i < concurrency; ++i) {
+        workers.emplace_back([this, i] { Block(i); });
+      }
+      for (std::thread& t : workers) t.join();
+      return Summarize();
+    }
     const bool measured = config_.warmup == Clock::duration::zero();
     int64_t initial = concurrency;
     if (measured && config_.requests > 0) {
@@ -285,6 +299,24 @@ class LoadPoint {
   }
 
  private:
+  // One blocking closed-loop worker: a call at a time until the point ends.
+  void Block(int32_t worker) {
+    for (int64_t i = worker;; i += config_.concurrency) {
+      const Clock::time_point now = Clock::now();
+      bool measured;
+      {
+        absl::MutexLock lock(&mu_);
+        if (now >= end_ || OutOfBudget()) return;
+        measured = now >= measure_start_;
+        ++outstanding_;
+        if (measured) ++sent_;
+      }
+      Complete(
+          now, measured,
+          clients_[worker % clients_.size()]->Rerank(pool_[i % pool_.size()]));
+    }
+  }
+
   // One sender: Poisson arrivals at `rate` until the point ends.
   void Issue(double rate, int32_t sender) {
     std::mt19937_64 rng(config_.seed + static_cast<uint64_t>(sender));
@@ -362,7 +394,8 @@ class LoadPoint {
           samples_.push_back({latency.count(), response->timing()});
         }
       }
-      if (!config_.open_loop && now < end_ && !OutOfBudget()) {
+      if (!config_.open_loop && !config_.blocking && now < end_ &&
+          !OutOfBudget()) {
         resend = true;
         resend_measured = now >= measure_start_;
         if (resend_measured) ++sent_;

@@ -2,8 +2,9 @@
 # Smoke test of bench/loadgen against the real server: starts maxsimd on the
 # CPU backend with a small synthetic corpus, runs about a second of open-loop
 # load (random candidate ids, so the default id scheme must match the demo
-# corpus) and a few closed-loop scans, and checks loadgen's exit status and
-# JSON report: every measured request sent and answered OK, achieved_qps > 0.
+# corpus), a few closed-loop scans and a few blocking closed-loop reranks,
+# and checks loadgen's exit status and JSON report: every measured request
+# sent and answered OK, achieved_qps > 0.
 #
 # Usage: loadgen_smoke.sh MAXSIMD_BIN LOADGEN_BIN
 set -euo pipefail
@@ -66,3 +67,8 @@ check "$work/open.json" 40
   --requests=10 --duration=10s --warmup=0s --dtype=fp16 \
   --json="$work/closed.json"
 check "$work/closed.json" 10
+
+"$loadgen_bin" --target="127.0.0.1:$port" --mode=closed --concurrency=2 \
+  --blocking --requests=10 --duration=10s --warmup=0s --candidates=5 \
+  --json="$work/blocking.json"
+check "$work/blocking.json" 10
