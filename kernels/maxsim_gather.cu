@@ -1,6 +1,5 @@
 // Gather launcher: the one dispatch from run-time (dtype, dim, row tiles) to
 // the kernel instantiations in maxsim_gather_{fp16,bf16}.cu.
-#include "absl/strings/str_cat.h"
 #include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/maxsim_warp.cuh"
 #include "kernels/detail/mma.cuh"
@@ -15,48 +14,13 @@ absl::Status LaunchGatherTyped(const GatherLaunchParams& p,
                                cudaStream_t stream);
 }  // namespace detail
 
-namespace {
-
-template <typename Tag, int kD>
-absl::Status DispatchRows(const GatherLaunchParams& p, cudaStream_t stream) {
-  if (p.row_tiles == 2) return detail::LaunchGatherTyped<Tag, kD, 2>(p, stream);
-  if (p.row_tiles == 8) return detail::LaunchGatherTyped<Tag, kD, 8>(p, stream);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "LaunchMaxSimGather: row_tiles is ", p.row_tiles, ", must be 2 or 8"));
-}
-
-template <typename Tag>
-absl::Status DispatchDim(const GatherLaunchParams& p, cudaStream_t stream) {
-  if (p.dpad != PaddedDim(p.dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LaunchMaxSimGather: dpad is ", p.dpad, " for dim ", p.dim,
-                     ", must be ", PaddedDim(p.dim)));
-  }
-  switch (p.dim) {
-    case 64:
-      return DispatchRows<Tag, 64>(p, stream);
-    case 96:
-      return DispatchRows<Tag, 96>(p, stream);
-    case 128:
-      return DispatchRows<Tag, 128>(p, stream);
-    case 256:
-      return DispatchRows<Tag, 256>(p, stream);
-    default:
-      if (p.dim <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("LaunchMaxSimGather: dim is ", p.dim));
-      }
-      return DispatchRows<Tag, 0>(p, stream);
-  }
-}
-
-}  // namespace
-
 absl::Status LaunchMaxSimGather(const GatherLaunchParams& p,
                                 cudaStream_t stream) {
-  return detail::DispatchDtype(p.dtype, "LaunchMaxSimGather", [&](auto tag) {
-    return DispatchDim<decltype(tag)>(p, stream);
-  });
+  return detail::DispatchMmaInstance(
+      p, "LaunchMaxSimGather", [&](auto tag, auto d, auto mt) {
+        return detail::LaunchGatherTyped<decltype(tag), decltype(d)::value,
+                                         decltype(mt)::value>(p, stream);
+      });
 }
 
 }  // namespace maxsimd

@@ -1,7 +1,6 @@
 #include "server/server.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <thread>
 #include <utility>
@@ -20,6 +19,7 @@
 #include "kernels/maxsim_cpu.h"
 #include "kernels/sharded_backend.h"
 #include "kernels/status_macros.h"
+#include "kernels/thread_pool.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/metrics.h"
@@ -45,17 +45,12 @@ BackendLimits LimitsFor(const ServerOptions& o) {
   return l;
 }
 
-// Runs fn(i) for i in [0, n) on every core; returns when all are done.
-void ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) {
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  };
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < std::min(cores, n); ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+// Runs fn(c) for every c in [0, chunks) on `pool`, a chunk at a time.
+void ForEachChunk(ThreadPool& pool, int64_t chunks,
+                  const std::function<void(int64_t)>& fn) {
+  pool.ParallelFor(chunks, 1, [&fn](int, int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) fn(c);
+  });
 }
 
 // Creates one demo corpus: synthetic documents "doc-<index>", generated in
@@ -86,10 +81,11 @@ absl::Status LoadDemoCorpus(CorpusRegistry* corpora, const DemoCorpus& demo) {
     }
     return synth;
   };
+  ThreadPool pool(0);  // one thread per core, only while loading
   absl::Mutex mu;
   absl::Status status;
   if (len == 0) {
-    ParallelFor(chunks, [&](int64_t c) {
+    ForEachChunk(pool, chunks, [&](int64_t c) {
       SyntheticCorpus synth = generate(c);
       std::vector<int32_t> counts;
       for (size_t i = 0; i + 1 < synth.cu_seqlens.size(); ++i) {
@@ -114,7 +110,7 @@ absl::Status LoadDemoCorpus(CorpusRegistry* corpora, const DemoCorpus& demo) {
   all.ids.resize(demo.num_docs);
   all.cu_seqlens.resize(demo.num_docs + 1);
   for (int64_t d = 0; d <= demo.num_docs; ++d) all.cu_seqlens[d] = d * len;
-  ParallelFor(chunks, [&](int64_t c) {
+  ForEachChunk(pool, chunks, [&](int64_t c) {
     SyntheticCorpus synth = generate(c);
     const int64_t first = c * chunk_docs;
     ConvertFromFloat(synth.tokens.data(),

@@ -1,8 +1,6 @@
 #include "tests/e2e/e2e_support.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,30 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/support/http.h"
 
 namespace maxsimd::testing {
 namespace {
 
 constexpr int kLaunchAttempts = 3;
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
-
-sockaddr_in Loopback(int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  return addr;
-}
-
-// Whether a TCP connection to 127.0.0.1:port is accepted.
-bool Accepts(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = Loopback(port);
-  const bool ok =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
 
 }  // namespace
 
@@ -51,16 +32,6 @@ double ScoreTolerance() { return OnGpu() ? 2e-3 : 1e-4; }
 std::string ServerBinary() {
   const char* bin = std::getenv("MAXSIMD_E2E_SERVER_BIN");
   return bin != nullptr ? bin : MAXSIMD_SERVER_BIN;
-}
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = Loopback(0);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
@@ -109,7 +80,7 @@ absl::Status ServerProcess::Launch(const std::vector<std::string>& flags,
   };
   // Wait for the listener before the first RPC: a channel whose first
   // connection is refused backs off for a second or more.
-  while (!Accepts(port_)) {
+  while (!AcceptsConnections(port_)) {
     if (!Running()) {
       return failure(absl::StatusCode::kUnavailable,
                      absl::StrCat("exited with status ", exit_code_));

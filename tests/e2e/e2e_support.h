@@ -21,9 +21,6 @@
 
 namespace maxsimd::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort();
-
 // True when the tests drive a server on a GPU ($MAXSIMD_E2E_BACKEND=gpu).
 bool OnGpu();
 

@@ -51,6 +51,13 @@ inline std::unique_ptr<Backend> MakeGpuBackend(
   return b.ok() ? std::move(b).value() : nullptr;
 }
 
+// One backend with TestOptions() for the whole test binary, created on
+// first use (only by tests that have a GPU) and kept until exit.
+inline Backend& SharedGpuBackend() {
+  static Backend* backend = MakeGpuBackend().release();
+  return *backend;
+}
+
 // A host segment and its device copy; the SegmentRef pairs the two views.
 struct DeviceSegment {
   std::unique_ptr<ResidentBuffer> tokens, cu_seqlens, tombstones;

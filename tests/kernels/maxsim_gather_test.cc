@@ -16,15 +16,10 @@ using ::maxsimd::testing::DeviceSegment;
 using ::maxsimd::testing::ExpectMatchesReference;
 using ::maxsimd::testing::GpuSearch;
 using ::maxsimd::testing::HostSegment;
-using ::maxsimd::testing::MakeGpuBackend;
 using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
+using ::maxsimd::testing::SharedGpuBackend;
 using ::maxsimd::testing::Upload;
-
-Backend& Shared() {
-  static Backend* backend = MakeGpuBackend().release();
-  return *backend;
-}
 
 // Distinct candidates drawn from both segments, plus a deleted one.
 void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a, int64_t n_b,
@@ -49,7 +44,8 @@ TEST(GpuGatherTest, RandomCandidatesEveryDimAndDtype) {
       HostSegment a = RandomSegment(rng, 80, 1, 40, dim, dtype, 0);
       HostSegment b = RandomSegment(rng, 60, 0, 20, dim, dtype, 500);
       b.Delete(5);
-      DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+      DeviceSegment da = Upload(SharedGpuBackend(), a),
+                    db = Upload(SharedGpuBackend(), b);
       Batch batch;
       batch.dim = dim;
       batch.refs = {da.ref, db.ref};
@@ -60,7 +56,7 @@ TEST(GpuGatherTest, RandomCandidatesEveryDimAndDtype) {
                        q == 0 ? 1 : 3 + q * 17);
         AddCandidates(rng, batch, 80, 60, nc(rng));
       }
-      ExpectMatchesReference(Shared(), batch, dtype);
+      ExpectMatchesReference(SharedGpuBackend(), batch, dtype);
     }
   }
 }
@@ -70,7 +66,8 @@ TEST(GpuGatherTest, BatchesFromOneTo256Queries) {
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment a = RandomSegment(rng, 400, 1, 30, 128, DType::kFloat16, 0);
   HostSegment b = RandomSegment(rng, 100, 1, 30, 128, DType::kFloat16, 400);
-  DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+  DeviceSegment da = Upload(SharedGpuBackend(), a),
+                db = Upload(SharedGpuBackend(), b);
   for (int nq : {1, 3, 64, 256}) {
     SCOPED_TRACE(::testing::Message() << "num_queries " << nq);
     Batch batch;
@@ -80,7 +77,7 @@ TEST(GpuGatherTest, BatchesFromOneTo256Queries) {
       batch.AddQuery(RandomQuery(rng, nq == 1 ? 32 : 1 + q % 20, 128), 10);
       AddCandidates(rng, batch, 400, 100, nq == 1 ? 500 : 30);
     }
-    ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+    ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
   }
 }
 
@@ -90,7 +87,8 @@ TEST(GpuGatherTest, DuplicatesAreScoredAsGivenAndDeletedSkipped) {
   HostSegment a = RandomSegment(rng, 20, 1, 30, 64, DType::kBFloat16, 0);
   HostSegment b = RandomSegment(rng, 20, 1, 30, 64, DType::kBFloat16, 20);
   b.Delete(2);
-  DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+  DeviceSegment da = Upload(SharedGpuBackend(), a),
+                db = Upload(SharedGpuBackend(), b);
   Batch batch;
   batch.dim = 64;
   batch.refs = {da.ref, db.ref};
@@ -98,7 +96,7 @@ TEST(GpuGatherTest, DuplicatesAreScoredAsGivenAndDeletedSkipped) {
   batch.AddQuery(RandomQuery(rng, 9, 64), 4096);
   batch.candidates = {{0, 3}, {1, 7}, {0, 3}, {1, 2}, {0, 19}, {1, 7}, {0, 3}};
   batch.cand_offsets.push_back(7);
-  const auto got = GpuSearch(Shared(), batch.Params());
+  const auto got = GpuSearch(SharedGpuBackend(), batch.Params());
   Batch rounded = batch;
   rounded.tokens = ::maxsimd::testing::RoundTo(batch.tokens, DType::kBFloat16);
   const auto want = ReferenceSearch(rounded.Params());
@@ -121,7 +119,8 @@ TEST(GpuGatherTest, ManyCandidatesMultiRoundTopK) {
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment a = RandomSegment(rng, 30000, 1, 4, 64, DType::kFloat16, 0);
   HostSegment b = RandomSegment(rng, 1000, 1, 4, 64, DType::kFloat16, 1 << 20);
-  DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+  DeviceSegment da = Upload(SharedGpuBackend(), a),
+                db = Upload(SharedGpuBackend(), b);
   Batch batch;
   batch.dim = 64;
   batch.refs = {da.ref, db.ref};
@@ -131,7 +130,7 @@ TEST(GpuGatherTest, ManyCandidatesMultiRoundTopK) {
   AddCandidates(rng, batch, 30000, 1000, 9000);
   batch.AddQuery(RandomQuery(rng, 6, 64), 3);
   AddCandidates(rng, batch, 30000, 1000, 0);  // no candidates: no results
-  ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+  ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
 }
 
 }  // namespace

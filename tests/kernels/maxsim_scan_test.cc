@@ -14,15 +14,10 @@ using ::maxsimd::testing::Batch;
 using ::maxsimd::testing::DeviceSegment;
 using ::maxsimd::testing::ExpectMatchesReference;
 using ::maxsimd::testing::HostSegment;
-using ::maxsimd::testing::MakeGpuBackend;
 using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
+using ::maxsimd::testing::SharedGpuBackend;
 using ::maxsimd::testing::Upload;
-
-Backend& Shared() {
-  static Backend* backend = MakeGpuBackend().release();
-  return *backend;
-}
 
 TEST(GpuScanTest, RandomRaggedShapesEveryDimAndDtype) {
   MAXSIMD_SKIP_WITHOUT_GPU();
@@ -34,7 +29,8 @@ TEST(GpuScanTest, RandomRaggedShapesEveryDimAndDtype) {
       HostSegment b = RandomSegment(rng, 31, 1, 9, dim, dtype, 97);
       b.Delete(3);
       b.Delete(30);
-      DeviceSegment da = Upload(Shared(), a), db = Upload(Shared(), b);
+      DeviceSegment da = Upload(SharedGpuBackend(), a),
+                    db = Upload(SharedGpuBackend(), b);
       Batch batch;
       batch.dim = dim;
       batch.refs = {da.ref, db.ref};
@@ -44,14 +40,14 @@ TEST(GpuScanTest, RandomRaggedShapesEveryDimAndDtype) {
       for (int q = 0; q < 5; ++q) {
         batch.AddQuery(RandomQuery(rng, lq(rng), dim), 1 + q * 23);
       }
-      ExpectMatchesReference(Shared(), batch, dtype);
+      ExpectMatchesReference(SharedGpuBackend(), batch, dtype);
       // One query alone, Lq = 32: the single-query fast path.
       Batch one = batch;
       one.tokens.clear();
       one.offsets = {0};
       one.top_k.clear();
       one.AddQuery(RandomQuery(rng, 32, dim), 100);
-      ExpectMatchesReference(Shared(), one, dtype);
+      ExpectMatchesReference(SharedGpuBackend(), one, dtype);
     }
   }
 }
@@ -60,7 +56,7 @@ TEST(GpuScanTest, QueryBatchesFromOneTo256) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment seg = RandomSegment(rng, 300, 0, 24, 128, DType::kFloat16, 0);
-  DeviceSegment d = Upload(Shared(), seg);
+  DeviceSegment d = Upload(SharedGpuBackend(), seg);
   for (int nq : {1, 2, 17, 64, 256}) {
     SCOPED_TRACE(::testing::Message() << "num_queries " << nq);
     Batch batch;
@@ -70,7 +66,7 @@ TEST(GpuScanTest, QueryBatchesFromOneTo256) {
     for (int q = 0; q < nq; ++q) {
       batch.AddQuery(RandomQuery(rng, nq == 1 ? 32 : lq(rng), 128), 10);
     }
-    ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+    ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
   }
 }
 
@@ -79,12 +75,12 @@ TEST(GpuScanTest, LongQuerySpansManyPasses) {
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     HostSegment seg = RandomSegment(rng, 40, 1, 300, 128, dtype, 5);
-    DeviceSegment d = Upload(Shared(), seg);
+    DeviceSegment d = Upload(SharedGpuBackend(), seg);
     Batch batch;
     batch.dim = 128;
     batch.refs = {d.ref};
     batch.AddQuery(RandomQuery(rng, 300, 128), 40);
-    ExpectMatchesReference(Shared(), batch, dtype);
+    ExpectMatchesReference(SharedGpuBackend(), batch, dtype);
   }
 }
 
@@ -92,13 +88,14 @@ TEST(GpuScanTest, OneTokenAndEmptyDocuments) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment seg = RandomSegment(rng, 60, 0, 1, 64, DType::kBFloat16, 0);
-  DeviceSegment d = Upload(Shared(), seg);
+  DeviceSegment d = Upload(SharedGpuBackend(), seg);
   Batch batch;
   batch.dim = 64;
   batch.refs = {d.ref};
   batch.AddQuery(RandomQuery(rng, 4, 64), 60);
   batch.AddQuery({}, 5);  // empty query: every document scores 0
-  const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+  const auto got =
+      ::maxsimd::testing::GpuSearch(SharedGpuBackend(), batch.Params());
   ASSERT_EQ(got[0].size(), 60u);
   int64_t empties = 0;
   for (int64_t i = 0; i < seg.num_docs(); ++i) {
@@ -113,7 +110,7 @@ TEST(GpuScanTest, OneTokenAndEmptyDocuments) {
     EXPECT_EQ(got[1][i].score, 0.f);
     EXPECT_EQ(got[1][i].index, i);
   }
-  ExpectMatchesReference(Shared(), batch, DType::kBFloat16);
+  ExpectMatchesReference(SharedGpuBackend(), batch, DType::kBFloat16);
 }
 
 TEST(GpuScanTest, DeletedDocumentsAreSkipped) {
@@ -121,15 +118,16 @@ TEST(GpuScanTest, DeletedDocumentsAreSkipped) {
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment seg = RandomSegment(rng, 200, 1, 30, 96, DType::kFloat16, 1000);
   for (int64_t d = 0; d < 200; d += 3) seg.Delete(d);
-  DeviceSegment d = Upload(Shared(), seg);
+  DeviceSegment d = Upload(SharedGpuBackend(), seg);
   Batch batch;
   batch.dim = 96;
   batch.refs = {d.ref};
   batch.AddQuery(RandomQuery(rng, 20, 96), 4096);
-  const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+  const auto got =
+      ::maxsimd::testing::GpuSearch(SharedGpuBackend(), batch.Params());
   EXPECT_EQ(got[0].size(), 200u - 67u);
   for (const ScoredDoc& s : got[0]) EXPECT_NE((s.index - 1000) % 3, 0);
-  ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+  ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
 }
 
 TEST(GpuScanTest, ScoresWithinToleranceOfFp32Reference) {
@@ -137,12 +135,13 @@ TEST(GpuScanTest, ScoresWithinToleranceOfFp32Reference) {
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     HostSegment seg = RandomSegment(rng, 64, 16, 64, 128, dtype, 0);
-    DeviceSegment d = Upload(Shared(), seg);
+    DeviceSegment d = Upload(SharedGpuBackend(), seg);
     Batch batch;
     batch.dim = 128;
     batch.refs = {d.ref};
     batch.AddQuery(RandomQuery(rng, 32, 128), 64);
-    const auto got = ::maxsimd::testing::GpuSearch(Shared(), batch.Params());
+    const auto got =
+        ::maxsimd::testing::GpuSearch(SharedGpuBackend(), batch.Params());
     ASSERT_EQ(got[0].size(), 64u);
     for (const ScoredDoc& s : got[0]) {
       const double ref =

@@ -18,19 +18,16 @@ using ::maxsimd::testing::HostSegment;
 using ::maxsimd::testing::MakeGpuBackend;
 using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
+using ::maxsimd::testing::SharedGpuBackend;
 using ::maxsimd::testing::Upload;
-
-Backend& Shared() {
-  static Backend* backend = MakeGpuBackend().release();
-  return *backend;
-}
 
 TEST(GpuTopKTest, KOneHundredAnd4096AndAboveDocumentCount) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(::maxsimd::testing::TestSeed());
   HostSegment big = RandomSegment(rng, 6000, 1, 6, 64, DType::kFloat16, 0);
   HostSegment small = RandomSegment(rng, 50, 1, 6, 64, DType::kFloat16, 6000);
-  DeviceSegment db = Upload(Shared(), big), ds = Upload(Shared(), small);
+  DeviceSegment db = Upload(SharedGpuBackend(), big),
+                ds = Upload(SharedGpuBackend(), small);
   for (int32_t k : {1, 100, 512, 513, 4096}) {
     SCOPED_TRACE(::testing::Message() << "k " << k);
     Batch batch;
@@ -38,17 +35,17 @@ TEST(GpuTopKTest, KOneHundredAnd4096AndAboveDocumentCount) {
     batch.refs = {db.ref};
     batch.AddQuery(RandomQuery(rng, 8, 64), k);
     batch.AddQuery(RandomQuery(rng, 3, 64), std::max(1, k / 2));
-    ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+    ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
   }
   Batch batch;
   batch.dim = 64;
   batch.refs = {ds.ref};
   batch.AddQuery(RandomQuery(rng, 8, 64), 4096);  // k > n
   batch.AddQuery(RandomQuery(rng, 8, 64), 50);    // k == n
-  const auto got = GpuSearch(Shared(), batch.Params());
+  const auto got = GpuSearch(SharedGpuBackend(), batch.Params());
   EXPECT_EQ(got[0].size(), 50u);
   EXPECT_EQ(got[1].size(), 50u);
-  ExpectMatchesReference(Shared(), batch, DType::kFloat16);
+  ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
 }
 
 // 40k documents: more than one select slice, so partial rounds run (three

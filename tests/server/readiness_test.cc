@@ -2,9 +2,6 @@
 // turns SERVING once they are in, and turns NOT_SERVING when the backend
 // reports a sticky failure. Also: the backend's GPU memory reaches /metrics,
 // and the demo corpus flag's parser names what is wrong.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -23,21 +20,10 @@
 namespace maxsimd {
 namespace {
 
+using ::maxsimd::testing::FreePort;
 using ::maxsimd::testing::StatusIs;
 using ::testing::HasSubstr;
 using HealthStatus = grpc::health::v1::HealthCheckResponse;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // A CPU backend whose uploads wait for `release` and whose health a test
 // sets.

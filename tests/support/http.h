@@ -1,5 +1,7 @@
-// A minimal HTTP/1.0 GET for scraping /metrics in tests, and a checker for
-// the Prometheus text exposition format.
+// Loopback helpers for tests that talk to a server over 127.0.0.1: a free
+// port, whether a port accepts connections, a minimal HTTP/1.0 GET for
+// scraping /metrics, and a checker for the Prometheus text exposition
+// format.
 #ifndef MAXSIMD_TESTS_SUPPORT_HTTP_H_
 #define MAXSIMD_TESTS_SUPPORT_HTTP_H_
 
@@ -8,6 +10,12 @@
 #include "absl/status/statusor.h"
 
 namespace maxsimd::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
+// Whether a TCP connection to 127.0.0.1:port is accepted.
+bool AcceptsConnections(int port);
 
 // Body of GET http://127.0.0.1:<port><path>; error on a non-200 answer.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
