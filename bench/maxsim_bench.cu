@@ -6,6 +6,7 @@
 //
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME]
 //                     [--kernels tma|mma] [--tma-box 16|64]
+//                     [--tma-scan-group TILES]
 //
 // Corpora are filled on the device with hashed random values (never zero)
 // and handed to the backend as views of device memory, so the 20 GB of
@@ -398,6 +399,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
 int main(int argc, char** argv) {
   std::string json_path, only, kernels = "tma";
   int box = 64;
+  int scan_group = 0;
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -411,10 +413,13 @@ int main(int argc, char** argv) {
       kernels = argv[++i];
     else if (a == "--tma-box" && i + 1 < argc)
       box = std::atoi(argv[++i]);
+    else if (a == "--tma-scan-group" && i + 1 < argc)
+      scan_group = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--runs N] [--only NAME] "
-                   "[--kernels tma|mma] [--tma-box 16|64]\n",
+                   "[--kernels tma|mma] [--tma-box 16|64] "
+                   "[--tma-scan-group TILES]\n",
                    argv[0]);
       return 1;
     }
@@ -440,6 +445,7 @@ int main(int argc, char** argv) {
   opt.num_workers = 1;
   opt.use_tma = kernels != "mma";
   opt.tma_scan_box_rows = box;
+  opt.tma_scan_tile_group = scan_group;
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {

@@ -53,8 +53,14 @@ def markdown_table(report):
     return "\n".join(lines)
 
 
+def short_name(path):
+    """folder/file: reports of different runs often share a file name."""
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return f"{folder}/{os.path.basename(path)}"
+
+
 def label(path, report):
-    return (f"{os.path.basename(path)} ({report['mode']}, "
+    return (f"{short_name(path)} ({report['mode']}, "
             f"Lq={report['query_tokens']}, cand={report['candidates']})")
 
 
@@ -86,10 +92,10 @@ def main():
             continue
         qps = [p["achieved_qps"] for p in points]
         line, = ax.plot(qps, [p["latency_ms"]["p50"] for p in points],
-                        marker="o", label=f"p50 {os.path.basename(path)}")
+                        marker="o", label=f"p50 {short_name(path)}")
         ax.plot(qps, [p["latency_ms"]["p99"] for p in points], marker="^",
                 linestyle="--", color=line.get_color(),
-                label=f"p99 {os.path.basename(path)}")
+                label=f"p99 {short_name(path)}")
     ax.set_yscale("log")
     ax.set_xlabel("achieved QPS (OK responses/s)")
     ax.set_ylabel("latency (ms)")

@@ -8,10 +8,15 @@
 #   bench/service_bench.sh <bin-dir> <out-dir> [case...]
 #
 # Cases (default: idle scan sharded rerank):
-#   idle     one client, --max_queue_delay=0: end-to-end latency against the
-#            server-reported kernel time (rerank of 1,000 candidates and a
-#            scan, on 100k documents of 300 tokens)
-#   scan     full scan of 100k documents, top-100: open-loop sweep
+#   idle     one client, --max_queue_delay=0, --executor_spin=2ms: end-to-end
+#            latency against the server-reported kernel time (rerank of
+#            1,000 candidates and a scan, on 100k documents of 300 tokens),
+#            and the transport floor (a rerank of one one-token document);
+#            each with blocking calls, then with a busy-polling client
+#   idle_nospin  the same without --executor_spin
+#   scan     full scan of 100k documents, top-100: open-loop sweep (on every
+#            GPU: with several, the corpus is sharded over them)
+#   scan_gpu0  the scan sweep on GPU 0 alone
 #   sharded  the scan case's heaviest point with the corpus in two shards on
 #            one GPU (--shards_per_device=2)
 #   rerank   1,000 candidates of a 500k-document corpus: open-loop sweep
@@ -101,21 +106,39 @@ rerank_sweep() {
 
 for c in "${cases[@]}"; do
   case $c in
-    idle)
-      start_server idle --demo_corpus=scan:100000:300 --max_queue_delay=0
+    idle | idle_nospin)
+      # One request at a time at --max_queue_delay=0, blocking calls (no
+      # client callback thread). "idle" lets an idle executor spin
+      # (--executor_spin); "idle_nospin" sleeps. The floor: a rerank of one
+      # one-token candidate, i.e. the transport and request handling alone.
+      spin=2ms
+      [[ $c == idle ]] || spin=0
+      start_server "$c" --demo_corpus=scan:100000:300,floor:1000:1 \
+        --max_queue_delay=0 --executor_spin=$spin
+      loadgen --corpus=floor --candidates=1 --mode=closed --concurrency=1 \
+        --blocking --json="$out/${c}_floor.json"
       loadgen --corpus=scan --candidates=1000 --mode=closed --concurrency=1 \
-        --json="$out/idle_rerank.json"
+        --blocking --json="$out/${c}_rerank.json"
       loadgen --corpus=scan --candidates=0 --top_k=100 --mode=closed \
-        --concurrency=1 --json="$out/idle_scan.json"
-      # The same with blocking calls: no callback thread on the client.
-      loadgen --corpus=scan --candidates=1000 --mode=closed --concurrency=1 \
-        --blocking --json="$out/idle_rerank_blocking.json"
-      loadgen --corpus=scan --candidates=0 --top_k=100 --mode=closed \
-        --concurrency=1 --blocking --json="$out/idle_scan_blocking.json"
-      scrape idle
+        --concurrency=1 --blocking --json="$out/${c}_scan.json"
+      if [[ $c == idle ]]; then
+        # A client that polls for its response instead of sleeping: what
+        # is left is the server's share plus the transport.
+        poll=(--mode=closed --concurrency=1 --blocking --busy_poll)
+        loadgen --corpus=floor --candidates=1 "${poll[@]}" \
+          --json="$out/${c}_poll_floor.json"
+        loadgen --corpus=scan --candidates=1000 "${poll[@]}" \
+          --json="$out/${c}_poll_rerank.json"
+        loadgen --corpus=scan --candidates=0 --top_k=100 "${poll[@]}" \
+          --json="$out/${c}_poll_scan.json"
+      fi
+      scrape "$c"
       stop_server
       ;;
     scan) scan_sweep scan "$scan_rates" ;;
+    # On a machine with several GPUs: the scan sweep on the first GPU alone
+    # (the "scan" case shards the corpus over every GPU).
+    scan_gpu0) scan_sweep scan_gpu0 "$scan_rates" --devices=0 ;;
     sharded) scan_sweep sharded "${scan_rates##*,}" --shards_per_device=2 ;;
     # One executor (no two batches sharing the GPU), batches of 64 or 128.
     scan_e1) scan_sweep scan_e1 "$scan_rates" --executors=1 ;;

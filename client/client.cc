@@ -257,7 +257,24 @@ absl::StatusOr<v1::RerankResponse> Client::Rerank(const Query& query) {
   grpc::ClientContext context;
   SetDeadline(&context, options_.timeout);
   v1::RerankResponse response;
-  const grpc::Status status = reranker_->Rerank(&context, request, &response);
+  grpc::Status status;
+  if (!options_.busy_poll) {
+    status = reranker_->Rerank(&context, request, &response);
+  } else {
+    grpc::CompletionQueue cq;
+    auto call = reranker_->AsyncRerank(&context, request, &cq);
+    call->Finish(&response, &status, &cq);  // the tag: any unique pointer
+    void* tag = nullptr;
+    bool ok = false;
+    // A deadline in the past makes each AsyncNext a non-blocking poll of
+    // the connection. The call's own deadline ends it at the latest.
+    while (cq.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC)) !=
+           grpc::CompletionQueue::GOT_EVENT) {
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }

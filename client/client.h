@@ -33,6 +33,11 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);  // per call deadline
   int64_t max_message_bytes = 64 << 20;
   bool send_float16 = false;  // send embeddings as fp16 instead of fp32
+  // Rerank() waits for its response by polling a completion queue instead
+  // of sleeping: the calling thread stays on its core (one busy core per
+  // call in flight) and skips the wake-up when the response arrives, which
+  // on an idle host can cost more than a small request's whole service time.
+  bool busy_poll = false;
 };
 
 // Documents to add: ids[i] owns token rows [cu_seqlens[i], cu_seqlens[i+1])

@@ -128,6 +128,10 @@ std::optional<DocRef> CorpusSnapshot::Find(absl::string_view id) const {
   return std::nullopt;
 }
 
+void CorpusSnapshot::Prefetch(absl::string_view id) const {
+  for (const auto& seg : segments_) seg->Prefetch(id);
+}
+
 const std::string& CorpusSnapshot::IdOf(int64_t index) const {
   auto it = std::upper_bound(
       segments_.begin(), segments_.end(), index,

@@ -86,6 +86,8 @@ class CorpusSnapshot {
 
   // The live document with this external id, if any.
   std::optional<DocRef> Find(absl::string_view id) const;
+  // Segment::Prefetch of every segment: for lookups of many ids.
+  void Prefetch(absl::string_view id) const;
   // External id of a live or deleted document by internal index.
   const std::string& IdOf(int64_t index) const;
   // Host + resident views of every segment, for SearchParams::segments.

@@ -686,6 +686,9 @@ absl::Status GpuBackendImpl::RunSearch(
         reinterpret_cast<const int32_t*>(w.dev_in + cap.query_tiles);
     t.maps = reinterpret_cast<const TensorMapBytes*>(w.dev_in + cap.maps);
     int64_t group = TmaMaxTiles(tma.warpgroups);
+    if (t.records == nullptr && options_.tma_scan_tile_group > 0) {
+      group = std::min<int64_t>(group, options_.tma_scan_tile_group);
+    }
     // A gather block scores one query's tiles only: when no query has more
     // tiles than a block holds, one launch covers every query of the batch.
     if (t.records != nullptr) {

@@ -42,6 +42,12 @@ struct GpuBackendOptions {
   // Rows per copy of a TMA scan (16 or 64): a tuning knob, measured by
   // bench/maxsim_bench --tma-box.
   int tma_scan_box_rows = 64;
+  // Query tiles one TMA scan launch covers (0: the kernel's limit, 32 tiles
+  // of 64 rows). Fewer tiles per launch keep them resident in shared memory
+  // (up to 4) instead of streamed from L2 per chunk, but read the corpus
+  // once per launch: a tuning knob, measured by maxsim_bench
+  // --tma-scan-group.
+  int tma_scan_tile_group = 0;
 };
 
 class GpuBackend {

@@ -32,6 +32,15 @@ bool IsNonNegativeFinite(absl::Duration d) {
   return d >= absl::ZeroDuration() && d != absl::InfiniteDuration();
 }
 
+// Tells the core this thread is in a polling loop.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 }  // namespace
 
 absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
@@ -49,6 +58,10 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
   if (!IsNonNegativeFinite(o.max_queue_delay)) {
     return OutOfRange("max_queue_delay", "finite and not negative",
                       absl::FormatDuration(o.max_queue_delay));
+  }
+  if (!IsNonNegativeFinite(o.idle_spin)) {
+    return OutOfRange("executor_spin", "finite and not negative",
+                      absl::FormatDuration(o.idle_spin));
   }
   if (!IsNonNegativeFinite(o.min_execution_time)) {
     return OutOfRange("min_execution_time", "finite and not negative",
@@ -132,7 +145,7 @@ absl::Status Scheduler::Submit(std::vector<QueryTask> tasks) {
     e.task = std::move(t);
     lane.tasks.emplace(order, std::move(e));
   }
-  ++generation_;
+  BumpGenerationLocked();
   PublishDepthLocked();
   return absl::OkStatus();
 }
@@ -232,7 +245,7 @@ void Scheduler::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    ++generation_;
+    BumpGenerationLocked();
   }
   for (std::thread& t : executors_) {
     if (t.joinable()) t.join();
@@ -368,12 +381,25 @@ void Scheduler::PublishDepthLocked() const {
   if (metrics_) metrics_->SetQueueDepth(queued_queries_, queued_bytes_);
 }
 
+void Scheduler::BumpGenerationLocked() {
+  ++generation_;
+  published_generation_.store(generation_, std::memory_order_release);
+}
+
+void Scheduler::Spin(uint64_t seen, absl::Time until) {
+  while (published_generation_.load(std::memory_order_acquire) == seen &&
+         clock_->Now() < until) {
+    CpuRelax();
+  }
+}
+
 void Scheduler::ExecutorLoop() {
   for (;;) {
     std::vector<Entry> expired;
     std::vector<Entry> batch;
     absl::Time now;
     bool exit = false;
+    bool spun = false;  // once per idle period, then sleep
     {
       absl::MutexLock lock(&mu_);
       for (;;) {
@@ -385,8 +411,21 @@ void Scheduler::ExecutorLoop() {
           exit = true;
           break;
         }
-        // Nothing is ready: sleep until new work, Shutdown(), or the next
-        // window or expiry comes due.
+        const absl::Time wake = NextWakeLocked();
+        if (options_.idle_spin > absl::ZeroDuration() && !spun && !spinning_ &&
+            !stopping_) {
+          spun = true;
+          spinning_ = true;
+          const uint64_t seen = generation_;
+          mu_.Unlock();
+          Spin(seen, std::min(now + options_.idle_spin, wake));
+          mu_.Lock();
+          spinning_ = false;
+          continue;
+        }
+        // Nothing is ready: sleep until new work (unless another executor
+        // is spinning for it), Shutdown(), or the next window or expiry
+        // comes due.
         struct Seen {
           const Scheduler* scheduler;
           uint64_t generation;
@@ -395,10 +434,11 @@ void Scheduler::ExecutorLoop() {
             &mu_,
             absl::Condition(
                 +[](Seen* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->scheduler->mu_) {
-                  return s->scheduler->generation_ != s->generation;
+                  return s->scheduler->generation_ != s->generation &&
+                         (!s->scheduler->spinning_ || s->scheduler->stopping_);
                 },
                 &seen),
-            NextWakeLocked());
+            wake);
       }
       PublishDepthLocked();
     }

@@ -78,6 +78,9 @@ ABSL_FLAG(int32_t, concurrency, 8, "Closed loop: requests in flight");
 ABSL_FLAG(bool, blocking, false,
           "Closed loop: one thread per request in flight, each making "
           "blocking calls (no callback-thread hop on the client)");
+ABSL_FLAG(bool, busy_poll, false,
+          "With --blocking: each call polls for its response instead of "
+          "sleeping (ClientOptions::busy_poll; one busy core per call)");
 ABSL_FLAG(int32_t, senders, 4,
           "Open loop: threads issuing requests, each at --rate / --senders");
 ABSL_FLAG(int32_t, channels, 1,
@@ -149,6 +152,10 @@ absl::StatusOr<Config> ConfigFromFlags() {
   }
   c.concurrency = absl::GetFlag(FLAGS_concurrency);
   c.blocking = absl::GetFlag(FLAGS_blocking);
+  if (absl::GetFlag(FLAGS_busy_poll) && (c.open_loop || !c.blocking)) {
+    return absl::InvalidArgumentError(
+        "--busy_poll needs --mode=closed --blocking");
+  }
   c.channels = absl::GetFlag(FLAGS_channels);
   c.senders = absl::GetFlag(FLAGS_senders);
   c.dim = absl::GetFlag(FLAGS_dim);
@@ -574,6 +581,7 @@ int Run() {
   options.target = absl::GetFlag(FLAGS_target);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.send_float16 = absl::GetFlag(FLAGS_dtype) == "fp16";
+  options.busy_poll = absl::GetFlag(FLAGS_busy_poll);
   std::vector<std::unique_ptr<Client>> clients;
   for (int32_t i = 0; i < c.channels; ++i) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);

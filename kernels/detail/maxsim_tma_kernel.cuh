@@ -91,7 +91,9 @@ struct TmaShape {
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
-  static constexpr int kQblkOff = kPartOff + kTmaMaxSegs * kRowBlocks * 4;
+  // Two partial-sum tables, by chunk parity (see Consume).
+  static constexpr int kPartBytes = kTmaMaxSegs * kRowBlocks * 4;
+  static constexpr int kQblkOff = kPartOff + 2 * kPartBytes;
   static constexpr int kBarOff = kQblkOff + kTmaQblkCache * 4;
   static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
@@ -147,7 +149,8 @@ struct TmaBlock {
   uint8_t* dsm;
   TmaChunkHeader* hdr;
   float* carry;
-  float* part;
+  float* part;       // this chunk's table of partial sums
+  float* part_base;  // the two tables
   int32_t* qblk;     // query_blocks[qa ..], copied at block start
   uint64_t* full;    // [kStages] chunk landed (1 arrival + bytes)
   uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
@@ -370,9 +373,13 @@ struct TmaBlock {
         Epilogue(acc, h, nseg, wg + k * kWG);
       }
       if (nw == 0 && lane == 0) MbarArrive(&empty[s]);
+      // One barrier per chunk: the partial sums alternate between two
+      // tables, so chunk c + 1's epilogue may run while slower threads still
+      // sum chunk c's; chunk c + 2 reuses c's table only after the barrier
+      // that all threads reach once they finished summing c.
       NamedBarrier(1, S::kConsumers);
       Finalize(h, nseg);
-      NamedBarrier(1, S::kConsumers);
+      part = part == part_base ? part_base + S::kPartBytes / 4 : part_base;
     }
   }
 
@@ -381,12 +388,14 @@ struct TmaBlock {
 #pragma unroll
     for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
     WgmmaFence();
+    const uint64_t a0 = SmemDescSw128(qt);
+    const uint64_t b0 = SmemDescSw128(stage);
 #pragma unroll
     for (int kk = 0; kk < kDP / 16; ++kk) {
       const uint64_t a =
-          SmemDescSw128(qt + (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
+          SmemDescAdvance(a0, (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
       const uint64_t b =
-          SmemDescSw128(stage + (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
+          SmemDescAdvance(b0, (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
       Wgmma<Tag, S::kN>::Run(acc, a, b, kk > 0 ? 1u : 0u);
     }
     WgmmaCommit();
@@ -423,33 +432,56 @@ struct TmaBlock {
     }
   }
 
+  // The blocks i (of 8 columns; kN <= 256, so at most 32) whose column
+  // 8i + c lies in [lo, hi), as a bit mask: the i from ceil((lo - c) / 8)
+  // to ceil((hi - c) / 8), clamped to [0, 32].
+  __device__ __forceinline__ static uint32_t ColumnBlocks(int lo, int hi,
+                                                          int c) {
+    static_assert(S::kN / 8 <= 32, "one bit per 8-column block");
+    const int ia = max(0, (lo - c + 7) >> 3);
+    const int ib = max(0, (hi - c + 7) >> 3);
+    const uint32_t below_b = ib >= 32 ? 0xffffffffu : (1u << ib) - 1u;
+    const uint32_t below_a = ia >= 32 ? 0xffffffffu : (1u << ia) - 1u;
+    return below_b & ~below_a;
+  }
+
   // Max over columns [lo, hi) of this lane's two rows: straight-line
-  // predicated code, a plain max when the segment fills the chunk.
+  // predicated code, a plain max when the segment fills the chunk. Each row
+  // keeps four partial maxima (columns 8i + e with i even or odd), four
+  // independent dependency chains instead of one.
   __device__ __forceinline__ static void SegMax(const float (&acc)[S::kN / 2],
                                                 int lo, int hi, int t,
                                                 float& m0, float& m1) {
-    m0 = m1 = -__int_as_float(0x7f800000);
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     if (lo == 0 && hi == S::kN) {
 #pragma unroll
       for (int i = 0; i < S::kN / 8; ++i) {
-        m0 = fmaxf(m0, fmaxf(acc[4 * i], acc[4 * i + 1]));
-        m1 = fmaxf(m1, fmaxf(acc[4 * i + 2], acc[4 * i + 3]));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
+          b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
+        }
       }
-      return;
-    }
-    // col in [lo, hi) as one unsigned compare against a per-lane base.
-    const uint32_t base = static_cast<uint32_t>(2 * t - lo);
-    const uint32_t width = static_cast<uint32_t>(hi - lo);
+    } else {
+      // Bit i of in[e]: column 8i + 2t + e lies in [lo, hi). One bit test
+      // per column pair instead of an add and a compare.
+      const uint32_t in[2] = {ColumnBlocks(lo, hi, 2 * t),
+                              ColumnBlocks(lo, hi, 2 * t + 1)};
 #pragma unroll
-    for (int i = 0; i < S::kN / 8; ++i) {
+      for (int i = 0; i < S::kN / 8; ++i) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (base + static_cast<uint32_t>(8 * i + e) < width) {
-          m0 = fmaxf(m0, acc[4 * i + e]);
-          m1 = fmaxf(m1, acc[4 * i + 2 + e]);
+        for (int e = 0; e < 2; ++e) {
+          if (in[e] & (1u << i)) {
+            a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
+            b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
+          }
         }
       }
     }
+    m0 = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
+    m1 = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
   }
 
   // The segmented max of one tile, segment by segment. lt: the tile's index
@@ -509,7 +541,8 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
   b.dsm = smem + S::kDocOff;
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
   b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
-  b.part = reinterpret_cast<float*>(smem + S::kPartOff);
+  b.part_base = reinterpret_cast<float*>(smem + S::kPartOff);
+  b.part = b.part_base;
   b.qblk = reinterpret_cast<int32_t*>(smem + S::kQblkOff);
   b.full = reinterpret_cast<uint64_t*>(smem + S::kBarOff);
   b.empty = b.full + S::kStages;

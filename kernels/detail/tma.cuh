@@ -100,6 +100,16 @@ __device__ __forceinline__ uint64_t SmemDescSw128(const void* p) {
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
+// The descriptor of SmemDescSw128(p) + bytes (bytes a multiple of 16, the
+// result still inside shared memory): the start-address field is 14 bits of
+// addr / 16 and shared addresses stay below 256 KB, so the add never carries
+// out of it. One 32-bit add instead of rebuilding the descriptor.
+__device__ __forceinline__ uint64_t SmemDescAdvance(uint64_t desc,
+                                                    uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -2,8 +2,8 @@
 # Smoke test of bench/loadgen against the real server: starts maxsimd on the
 # CPU backend with a small synthetic corpus, runs about a second of open-loop
 # load (random candidate ids, so the default id scheme must match the demo
-# corpus), a few closed-loop scans and a few blocking closed-loop reranks,
-# and checks loadgen's exit status and JSON report: every measured request
+# corpus), a few closed-loop scans, a few blocking closed-loop reranks and
+# a few busy-polling ones, and checks loadgen's exit status and JSON report: every measured request
 # sent and answered OK, achieved_qps > 0.
 #
 # Usage: loadgen_smoke.sh MAXSIMD_BIN LOADGEN_BIN
@@ -72,3 +72,8 @@ check "$work/closed.json" 10
   --blocking --requests=10 --duration=10s --warmup=0s --candidates=5 \
   --json="$work/blocking.json"
 check "$work/blocking.json" 10
+
+"$loadgen_bin" --target="127.0.0.1:$port" --mode=closed --concurrency=1 \
+  --blocking --busy_poll --requests=10 --duration=10s --warmup=0s \
+  --candidates=5 --json="$work/busy_poll.json"
+check "$work/busy_poll.json" 10

@@ -238,11 +238,13 @@ class ClientTest : public ::testing::Test {
   }
 
   std::unique_ptr<Client> Connect(bool float16 = false,
-                                  absl::Duration timeout = absl::Seconds(10)) {
+                                  absl::Duration timeout = absl::Seconds(10),
+                                  bool busy_poll = false) {
     ClientOptions options;
     options.target = absl::StrCat("127.0.0.1:", port_);
     options.send_float16 = float16;
     options.timeout = timeout;
+    options.busy_poll = busy_poll;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
     EXPECT_THAT(client, IsOk());
     return client.ok() ? std::move(*client) : nullptr;
@@ -439,6 +441,32 @@ TEST_F(ClientTest, RerankAsyncDeliversErrors) {
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound,
                                 HasSubstr("corpus 'missing' not found")));
   EXPECT_THAT(slow, StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST_F(ClientTest, BusyPollRerankAnswersLikeBlockingRerank) {
+  std::unique_ptr<Client> blocking = Connect();
+  std::unique_ptr<Client> polling =
+      Connect(false, absl::Milliseconds(200), /*busy_poll=*/true);
+  ASSERT_NE(blocking, nullptr);
+  ASSERT_NE(polling, nullptr);
+  Query q = MakeQuery("c", 2, 4, "poll");
+  q.candidate_ids = {"d1", "d2", "d3"};
+  absl::StatusOr<v1::RerankResponse> expected = blocking->Rerank(q);
+  MAXSIMD_ASSERT_OK(expected);
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<v1::RerankResponse> got = polling->Rerank(q);
+    MAXSIMD_ASSERT_OK(got);
+    EXPECT_TRUE(
+        google::protobuf::util::MessageDifferencer::Equals(*got, *expected))
+        << got->DebugString();
+  }
+  EXPECT_THAT(polling->Rerank(MakeQuery("missing", 1, 4, "")),
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("corpus 'missing' not found")));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(polling->Rerank(MakeQuery("slow", 1, 4, "")),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
 
 TEST_F(ClientTest, DistinctClientsUseDistinctConnections) {

@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -625,6 +626,53 @@ TEST_F(SchedulerTest, RealClockRunsQueriesWithTheDefaultWindow) {
   EXPECT_EQ(backend_.batches(), std::vector<int>{3});
 }
 
+TEST_F(SchedulerTest, SpinningExecutorRunsWorkThenSleepsAndServesLaterWork) {
+  backend_.Open();
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.idle_spin = absl::Milliseconds(1);
+  o.num_executors = 2;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  Result* first = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(first, 1))), IsOk());
+  ASSERT_TRUE(first->Wait());
+  // The spin ends on the fake clock; the executors then sleep and must still
+  // wake for new work.
+  clock_.Advance(absl::Seconds(1));
+  Result* second = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(second, 2))), IsOk());
+  ASSERT_TRUE(second->Wait());
+  EXPECT_THAT(second->out, IsOk());
+  EXPECT_EQ(backend_.first_top_ks(), (std::vector<int>{1, 2}));
+}
+
+TEST_F(SchedulerTest, SpinningExecutorsServeConcurrentSubmitsAndShutDown) {
+  backend_.Open();
+  SchedulerOptions o;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.idle_spin = absl::Hours(1);  // only new work or Shutdown() ends it
+  o.num_executors = 3;
+  {
+    Scheduler s(&backend_, o, nullptr);  // RealClock()
+    std::vector<std::thread> senders;
+    for (int t = 0; t < 4; ++t) {
+      std::vector<Result*> mine;
+      for (int i = 0; i < 25; ++i) mine.push_back(NewResult());
+      senders.emplace_back([&s, this, mine] {
+        for (Result* r : mine) {
+          EXPECT_THAT(s.Submit(One(Task(r))), IsOk());
+          EXPECT_TRUE(r->Wait());
+        }
+      });
+    }
+    for (std::thread& t : senders) t.join();
+  }  // ~Scheduler: Shutdown() must end the spin
+  int queries = 0;
+  for (int b : backend_.batches()) queries += b;
+  EXPECT_EQ(queries, 100);
+  for (Result& r : results_) EXPECT_THAT(r.out, IsOk());
+}
+
 TEST(SchedulerOptionsTest, ValidationNamesTheFlag) {
   EXPECT_THAT(ValidateSchedulerOptions(SchedulerOptions{}), IsOk());
   struct Case {
@@ -643,6 +691,8 @@ TEST(SchedulerOptionsTest, ValidationNamesTheFlag) {
          o.min_execution_time = absl::InfiniteDuration();
        },
        "--min_execution_time"},
+      {[](SchedulerOptions& o) { o.idle_spin = -absl::Microseconds(1); },
+       "--executor_spin"},
       {[](SchedulerOptions& o) { o.max_queued_queries = 0; },
        "--max_queued_queries"},
       {[](SchedulerOptions& o) { o.max_queued_bytes = 0; },
