@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "index/storage.h"
 #include "kernels/element.h"
 #include "kernels/status_macros.h"
 
@@ -62,11 +63,14 @@ bool IsNameChar(char c) {
 
 absl::Status ValidateCorpusConfig(const CorpusConfig& config,
                                   const CorpusLimits& limits) {
+  // A name is also a directory name under --data_dir: no leading '.'.
   if (config.name.empty() || config.name.size() > kMaxNameBytes ||
+      config.name[0] == '.' ||
       !std::all_of(config.name.begin(), config.name.end(), IsNameChar)) {
     return absl::InvalidArgumentError(
         absl::StrCat("name must be 1 to ", kMaxNameBytes,
-                     " characters from [A-Za-z0-9_.-], got \"",
+                     " characters from [A-Za-z0-9_.-], not starting with "
+                     "'.', got \"",
                      config.name.substr(0, 160), "\""));
   }
   if (config.dim < 1 || config.dim > limits.max_dim) {
@@ -258,18 +262,66 @@ SegmentData DocumentBuilder::Take() {
 // Corpus
 
 Corpus::Corpus(const CorpusConfig& config, const CorpusLimits& limits,
-               Backend* backend)
+               Backend* backend, std::unique_ptr<CorpusStore> store)
     : config_(config),
       limits_(limits),
       backend_(backend),
+      store_(std::move(store)),
       current_(std::make_shared<CorpusSnapshot>(
           config, std::vector<std::shared_ptr<const Segment>>{},
           std::vector<std::shared_ptr<const TombstoneSet>>{})) {}
 
+Corpus::~Corpus() = default;
+
+absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Create(
+    const CorpusConfig& config, const CorpusLimits& limits, Backend* backend,
+    std::unique_ptr<CorpusStore> store) {
+  MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
+  return std::shared_ptr<Corpus>(
+      new Corpus(config, limits, backend, std::move(store)));
+}
+
 absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Create(
     const CorpusConfig& config, const CorpusLimits& limits, Backend* backend) {
+  return Create(config, limits, backend, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
+    const CorpusLimits& limits, Backend* backend,
+    std::unique_ptr<CorpusStore> store, StoredCorpus contents) {
+  const CorpusConfig config = contents.manifest.config;
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
-  return std::shared_ptr<Corpus>(new Corpus(config, limits, backend));
+  const std::vector<StoredSegment>& stored = contents.manifest.segments;
+  std::vector<std::shared_ptr<const Segment>> segments;
+  std::vector<std::shared_ptr<const TombstoneSet>> tombstones;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const int shard = stored[i].shard % backend->num_shards();
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Segment> segment,
+        Segment::Create(std::move(contents.segments[i]), stored[i].base_index,
+                        backend, shard));
+    std::shared_ptr<const TombstoneSet> dead;
+    if (!contents.tombstones[i].empty()) {
+      MAXSIMD_ASSIGN_OR_RETURN(
+          dead, TombstoneSet::FromBits(std::move(contents.tombstones[i]),
+                                       backend->shard(shard)));
+    }
+    segments.push_back(std::move(segment));
+    tombstones.push_back(std::move(dead));
+  }
+  std::shared_ptr<Corpus> corpus(
+      new Corpus(config, limits, backend, std::move(store)));
+  corpus->Publish(std::make_shared<CorpusSnapshot>(config, std::move(segments),
+                                                   std::move(tombstones)));
+  return corpus;
+}
+
+absl::Status Corpus::DestroyStorage() {
+  absl::MutexLock write_lock(&write_mu_);
+  if (store_ == nullptr) return absl::OkStatus();
+  absl::Status s = DestroyCorpusDirectory(store_->dir());
+  store_.reset();
+  return s;
 }
 
 std::shared_ptr<const CorpusSnapshot> Corpus::Snapshot() const {
@@ -315,15 +367,31 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   std::vector<std::shared_ptr<const Segment>> segments = base->segments();
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones =
       base->tombstone_sets();
+  std::vector<StoredSegment> stored;
+  if (store_ != nullptr) stored = store_->manifest().segments;
+  // A failed write leaves files that no manifest names; remove them.
+  auto fail = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) {
+    if (store_ != nullptr) store_->CollectGarbage();
+    return s;
+  };
   int64_t next = base->next_index();
   for (size_t i = 0; i < parts.size(); ++i) {
     const int64_t docs = static_cast<int64_t>(parts[i].ids.size());
-    MAXSIMD_ASSIGN_OR_RETURN(
-        std::shared_ptr<const Segment> segment,
-        Segment::Create(std::move(parts[i]), next, backend_, order[i]));
+    if (store_ != nullptr) {
+      absl::StatusOr<std::string> file = store_->WriteSegment(parts[i]);
+      if (!file.ok()) return fail(file.status());
+      stored.push_back({*file, "", next, docs, order[i]});
+    }
+    absl::StatusOr<std::shared_ptr<const Segment>> segment =
+        Segment::Create(std::move(parts[i]), next, backend_, order[i]);
+    if (!segment.ok()) return fail(segment.status());
     next += docs;
-    segments.push_back(std::move(segment));
+    segments.push_back(*std::move(segment));
     tombstones.push_back(nullptr);
+  }
+  if (store_ != nullptr) {
+    absl::Status committed = store_->Commit(std::move(stored));
+    if (!committed.ok()) return fail(committed);
   }
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(segments),
                                            std::move(tombstones)));
@@ -355,12 +423,30 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
   if (result.deleted == 0) return result;
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones =
       base->tombstone_sets();
+  std::vector<StoredSegment> stored;
+  if (store_ != nullptr) stored = store_->manifest().segments;
   for (const auto& [s, rows] : rows_by_segment) {
+    const Segment& segment = *base->segments()[s];
     MAXSIMD_ASSIGN_OR_RETURN(
         tombstones[s],
-        TombstoneSet::WithDeleted(
-            base->tombstones(s), base->segments()[s]->num_docs(), rows,
-            backend_->shard(base->segments()[s]->shard())));
+        TombstoneSet::WithDeleted(base->tombstones(s), segment.num_docs(), rows,
+                                  backend_->shard(segment.shard())));
+    if (store_ != nullptr) {
+      absl::StatusOr<std::string> file =
+          store_->WriteTombstones(segment.num_docs(), tombstones[s]->bits());
+      if (!file.ok()) {
+        store_->CollectGarbage();
+        return file.status();
+      }
+      stored[s].tombstones = *file;
+    }
+  }
+  if (store_ != nullptr) {
+    absl::Status committed = store_->Commit(std::move(stored));
+    // Either the tombstone files the commit replaced or, after a failure,
+    // the ones it would have named.
+    store_->CollectGarbage();
+    MAXSIMD_RETURN_IF_ERROR(committed);
   }
   Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
                                            std::move(tombstones)));

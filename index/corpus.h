@@ -132,6 +132,9 @@ class DocumentBuilder {
   absl::flat_hash_set<std::string> seen_ids_;
 };
 
+class CorpusStore;
+struct StoredCorpus;
+
 struct DeleteResult {
   int64_t deleted = 0;
   int64_t missing = 0;
@@ -139,9 +142,23 @@ struct DeleteResult {
 
 class Corpus {
  public:
-  // `backend` must outlive the corpus.
+  // `backend` must outlive the corpus. With a `store`, every write is
+  // committed to it (index/FORMAT.md) before it is published: a write that
+  // returns OK is durable, and one that fails leaves the corpus unchanged
+  // in memory and on disk.
+  static absl::StatusOr<std::shared_ptr<Corpus>> Create(
+      const CorpusConfig& config, const CorpusLimits& limits, Backend* backend,
+      std::unique_ptr<CorpusStore> store);
+  // In memory only.
   static absl::StatusOr<std::shared_ptr<Corpus>> Create(
       const CorpusConfig& config, const CorpusLimits& limits, Backend* backend);
+  // The corpus a store holds: `contents` as CorpusStore::Open read them.
+  // Each segment goes to its recorded shard (modulo the backend's shards).
+  // Errors: the config's validation, or the backend's upload errors.
+  static absl::StatusOr<std::shared_ptr<Corpus>> Restore(
+      const CorpusLimits& limits, Backend* backend,
+      std::unique_ptr<CorpusStore> store, StoredCorpus contents);
+  ~Corpus();
 
   const CorpusConfig& config() const { return config_; }
   const CorpusLimits& limits() const { return limits_; }
@@ -161,9 +178,13 @@ class Corpus {
                                       bool ignore_missing)
       ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
 
+  // Deletes the corpus's directory, if it has a store (for a drop). The
+  // corpus keeps serving what it holds in memory.
+  absl::Status DestroyStorage() ABSL_LOCKS_EXCLUDED(write_mu_);
+
  private:
   Corpus(const CorpusConfig& config, const CorpusLimits& limits,
-         Backend* backend);
+         Backend* backend, std::unique_ptr<CorpusStore> store);
   void Publish(std::shared_ptr<const CorpusSnapshot> snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -171,6 +192,9 @@ class Corpus {
   const CorpusLimits limits_;
   Backend* const backend_;
   absl::Mutex write_mu_;  // serialises Append and Delete
+  // Null without persistence; its manifest lists the current snapshot's
+  // segments in order.
+  std::unique_ptr<CorpusStore> store_ ABSL_GUARDED_BY(write_mu_);
   mutable absl::Mutex mu_;
   std::shared_ptr<const CorpusSnapshot> current_ ABSL_GUARDED_BY(mu_);
 };

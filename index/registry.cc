@@ -1,22 +1,88 @@
 #include "index/registry.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "index/storage.h"
 #include "kernels/status_macros.h"
 
 namespace maxsimd {
 
-CorpusRegistry::CorpusRegistry(Backend* backend, const CorpusLimits& limits)
-    : backend_(backend), limits_(limits) {}
+CorpusRegistry::CorpusRegistry(Backend* backend, const CorpusLimits& limits,
+                               std::string data_dir)
+    : backend_(backend), limits_(limits), data_dir_(std::move(data_dir)) {}
+
+std::string CorpusRegistry::CorpusDir(const std::string& name) const {
+  return absl::StrCat(data_dir_, "/corpora/", name);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, absl::Status>>>
+CorpusRegistry::LoadAll() {
+  std::vector<std::pair<std::string, absl::Status>> report;
+  if (data_dir_.empty()) return report;
+  const std::string root = absl::StrCat(data_dir_, "/corpora");
+  MAXSIMD_RETURN_IF_ERROR(MakeDirectories(root));
+  MAXSIMD_RETURN_IF_ERROR(RemoveDroppedCorpora(root));
+  MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                           ListCorpusDirectories(root));
+  for (const std::string& name : names) {
+    StoredCorpus contents;
+    absl::StatusOr<std::shared_ptr<Corpus>> corpus;
+    absl::StatusOr<std::unique_ptr<CorpusStore>> store =
+        CorpusStore::Open(CorpusDir(name), &contents);
+    if (store.ok() && contents.manifest.config.name != name) {
+      store = absl::DataLossError(absl::StrCat(
+          "file ", CorpusDir(name), "/MANIFEST names corpus \"",
+          contents.manifest.config.name, "\", not its directory's name"));
+    }
+    if (store.ok()) {
+      corpus = Corpus::Restore(limits_, backend_, *std::move(store),
+                               std::move(contents));
+    } else {
+      corpus = store.status();
+    }
+    absl::MutexLock lock(&mu_);
+    if (corpus.ok()) {
+      corpora_[name] = *corpus;
+      failed_.erase(name);
+    } else {
+      failed_[name] = corpus.status();
+    }
+    report.emplace_back(name, corpus.status());
+  }
+  return report;
+}
+
+absl::Status CorpusRegistry::CheckFreeLocked(const std::string& name) const {
+  if (corpora_.count(name) > 0 || failed_.count(name) > 0 ||
+      busy_.count(name) > 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: corpus \"", name, "\" already exists"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Create(
     const CorpusConfig& config) {
-  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
-                           Corpus::Create(config, limits_, backend_));
-  absl::MutexLock lock(&mu_);
-  if (!corpora_.emplace(config.name, corpus).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("name: corpus \"", config.name, "\" already exists"));
+  MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits_));
+  {
+    absl::MutexLock lock(&mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(config.name));
+    busy_.insert(config.name);
   }
+  absl::StatusOr<std::shared_ptr<Corpus>> corpus;
+  if (data_dir_.empty()) {
+    corpus = Corpus::Create(config, limits_, backend_);
+  } else {
+    absl::StatusOr<std::unique_ptr<CorpusStore>> store =
+        CorpusStore::Create(CorpusDir(config.name), config);
+    corpus = store.ok()
+                 ? Corpus::Create(config, limits_, backend_, *std::move(store))
+                 : store.status();
+  }
+  absl::MutexLock lock(&mu_);
+  busy_.erase(config.name);
+  if (corpus.ok()) corpora_.emplace(config.name, *corpus);
   return corpus;
 }
 
@@ -24,23 +90,41 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Get(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
   auto it = corpora_.find(name);
-  if (it == corpora_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("corpus: \"", name.substr(0, 160), "\" does not exist"));
+  if (it != corpora_.end()) return it->second;
+  auto failed = failed_.find(name);
+  if (failed != failed_.end()) {
+    return absl::Status(
+        failed->second.code(),
+        absl::StrCat("corpus \"", name,
+                     "\" could not be loaded: ", failed->second.message()));
   }
-  return it->second;
+  return absl::NotFoundError(
+      absl::StrCat("corpus: \"", name.substr(0, 160), "\" does not exist"));
 }
 
 absl::Status CorpusRegistry::Drop(const std::string& name) {
   std::shared_ptr<Corpus> dropped;  // freed outside the lock
-  absl::MutexLock lock(&mu_);
-  auto it = corpora_.find(name);
-  if (it == corpora_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "name: corpus \"", name.substr(0, 160), "\" does not exist"));
+  bool failed_only = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = corpora_.find(name);
+    failed_only = it == corpora_.end() && failed_.count(name) > 0;
+    if ((it == corpora_.end() && !failed_only) || busy_.count(name) > 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "name: corpus \"", name.substr(0, 160), "\" does not exist"));
+    }
+    if (!failed_only) dropped = it->second;
+    busy_.insert(name);
   }
-  dropped = std::move(it->second);
-  corpora_.erase(it);
+  // The directory goes first: a drop that returns OK does not come back
+  // after a restart.
+  absl::Status destroyed = failed_only ? DestroyCorpusDirectory(CorpusDir(name))
+                                       : dropped->DestroyStorage();
+  absl::MutexLock lock(&mu_);
+  busy_.erase(name);
+  if (!destroyed.ok()) return destroyed;
+  corpora_.erase(name);
+  failed_.erase(name);
   return absl::OkStatus();
 }
 

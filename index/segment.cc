@@ -82,4 +82,15 @@ absl::StatusOr<std::shared_ptr<const TombstoneSet>> TombstoneSet::WithDeleted(
   return std::shared_ptr<const TombstoneSet>(std::move(set));
 }
 
+absl::StatusOr<std::shared_ptr<const TombstoneSet>> TombstoneSet::FromBits(
+    std::vector<uint32_t> bits, Backend* backend) {
+  std::shared_ptr<TombstoneSet> set(new TombstoneSet);
+  set->bits_ = std::move(bits);
+  for (uint32_t w : set->bits_) set->count_ += __builtin_popcount(w);
+  MAXSIMD_ASSIGN_OR_RETURN(
+      set->resident_,
+      backend->Upload(set->bits_.data(), set->bits_.size() * sizeof(uint32_t)));
+  return std::shared_ptr<const TombstoneSet>(std::move(set));
+}
+
 }  // namespace maxsimd

@@ -86,10 +86,14 @@ class TombstoneSet {
   static absl::StatusOr<std::shared_ptr<const TombstoneSet>> WithDeleted(
       const TombstoneSet* base, int64_t num_docs,
       const std::vector<int64_t>& rows, Backend* backend);
+  // A set holding exactly `bits` (one bit per document, as host_bits()).
+  static absl::StatusOr<std::shared_ptr<const TombstoneSet>> FromBits(
+      std::vector<uint32_t> bits, Backend* backend);
 
   bool Contains(int64_t row) const { return IsTombstoned(bits_.data(), row); }
   int64_t count() const { return count_; }
   const uint32_t* host_bits() const { return bits_.data(); }
+  const std::vector<uint32_t>& bits() const { return bits_; }
   const uint32_t* resident_bits() const {
     return static_cast<const uint32_t*>(resident_->data());
   }

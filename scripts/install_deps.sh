@@ -7,7 +7,7 @@ set -euo pipefail
 
 PACKAGES=(cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  grpc-proto libabsl-dev libspdlog-dev prometheus-cpp-dev
+  grpc-proto libabsl-dev libspdlog-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format curl)
 

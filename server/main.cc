@@ -75,6 +75,9 @@ ABSL_FLAG(absl::Duration, min_execution_time, absl::ZeroDuration(),
 ABSL_FLAG(int, executors, 4,
           "Scheduler threads running batches, each with one batch in flight; "
           "match --gpu_workers so every GPU worker has a batch to run");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory where corpora persist (created if missing); every corpus "
+          "in it is loaded at start. Empty = corpora live in memory only");
 ABSL_FLAG(absl::Duration, executor_spin, absl::ZeroDuration(),
           "How long one idle executor polls for new work before it sleeps: "
           "a query arriving meanwhile starts without a thread wake-up (tens "
@@ -196,6 +199,7 @@ int main(int argc, char** argv) {
   o.scheduler.min_execution_time = absl::GetFlag(FLAGS_min_execution_time);
   o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
   o.scheduler.idle_spin = absl::GetFlag(FLAGS_executor_spin);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
   if (absl::Status s = maxsimd::ValidateSchedulerOptions(o.scheduler);
       !s.ok()) {
     return Fail(std::string(s.message()));

@@ -258,8 +258,8 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   s->prom_registry_ = std::make_shared<prometheus::Registry>();
   s->metrics_ =
       std::make_unique<Metrics>(*s->prom_registry_, s->backend_->name());
-  s->corpora_ = std::make_unique<CorpusRegistry>(s->backend_.get(),
-                                                 options.corpus_limits);
+  s->corpora_ = std::make_unique<CorpusRegistry>(
+      s->backend_.get(), options.corpus_limits, options.data_dir);
   s->scheduler_ = std::make_unique<Scheduler>(
       s->backend_.get(), options.scheduler, s->metrics_.get());
   s->reranker_ = std::make_unique<RerankerService>(
@@ -316,7 +316,28 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
     s->metrics_port_ = s->exposer_->GetListeningPorts().front();
   }
 
+  if (!options.data_dir.empty()) {
+    const absl::Time start = absl::Now();
+    MAXSIMD_ASSIGN_OR_RETURN(auto loaded, s->corpora_->LoadAll());
+    for (const auto& [name, status] : loaded) {
+      if (status.ok()) {
+        const auto snapshot = (*s->corpora_->Get(name))->Snapshot();
+        spdlog::info("loaded corpus \"{}\" from {}: {} documents", name,
+                     options.data_dir, snapshot->live_docs());
+      } else {
+        spdlog::error("corpus \"{}\" is not served: {}", name,
+                      status.ToString());
+      }
+    }
+    spdlog::info("data directory {}: {} corpora in {}", options.data_dir,
+                 loaded.size(), absl::FormatDuration(absl::Now() - start));
+  }
   for (const DemoCorpus& demo : options.demo_corpora) {
+    if (s->corpora_->Get(demo.name).ok()) {
+      spdlog::info("corpus \"{}\" was loaded from the data directory; kept",
+                   demo.name);
+      continue;
+    }
     const absl::Time start = absl::Now();
     MAXSIMD_RETURN_IF_ERROR(LoadDemoCorpus(s->corpora_.get(), demo));
     spdlog::info("loaded corpus \"{}\": {} synthetic documents in {}",

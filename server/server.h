@@ -86,7 +86,12 @@ struct ServerOptions {
   CorpusLimits corpus_limits;
   AdminLimits admin_limits;
   SchedulerOptions scheduler;
-  std::vector<DemoCorpus> demo_corpora;  // created before health is SERVING
+  // Where corpora persist (index/FORMAT.md); empty: in memory only. Every
+  // corpus found there is loaded before health is SERVING.
+  std::string data_dir;
+  // Created before health is SERVING; one already loaded from data_dir is
+  // kept as it is.
+  std::vector<DemoCorpus> demo_corpora;
   // Makes the backend; null = CreateBackend(). Lets tests wrap a backend.
   std::function<absl::StatusOr<std::unique_ptr<Backend>>(const ServerOptions&)>
       backend_factory;

@@ -1,0 +1,690 @@
+#include "index/storage.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace maxsimd {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'A', 'X', 'S', 'I', 'M', 'D', '\0'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kEndTag = 0xffffffffu;
+enum FileKind : uint32_t {
+  kSegmentKind = 1,
+  kTombstoneKind = 2,
+  kManifest = 3
+};
+constexpr absl::string_view kManifestName = "MANIFEST";
+constexpr absl::string_view kManifestTmp = "MANIFEST.tmp";
+
+constexpr uint32_t Tag(const char (&s)[5]) {
+  return static_cast<uint32_t>(static_cast<uint8_t>(s[0])) |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[1])) << 8 |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[2])) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(s[3])) << 24;
+}
+
+std::string TagName(uint32_t tag) {
+  std::string s(4, ' ');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((tag >> (8 * i)) & 0xff);
+  return s;
+}
+
+uint32_t Crc(uint32_t crc, absl::string_view bytes) {
+  // zlib takes at most 4 GiB - 1 bytes per call.
+  constexpr size_t kStep = size_t{1} << 30;
+  for (size_t at = 0; at < bytes.size(); at += kStep) {
+    const size_t n = std::min(kStep, bytes.size() - at);
+    crc = static_cast<uint32_t>(
+        crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
+              static_cast<uInt>(n)));
+  }
+  return crc;
+}
+
+// ---- encoding
+
+template <typename T>
+void Put(std::string* out, T v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // the hosts we build for are little-endian
+  out->append(b, sizeof(T));
+}
+
+void PutString(std::string* out, absl::string_view s) {
+  Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+class FileBuilder {
+ public:
+  explicit FileBuilder(FileKind kind) {
+    out_.append(kMagic, sizeof(kMagic));
+    Put<uint32_t>(&out_, kind);
+    Put<uint32_t>(&out_, kVersion);
+  }
+  void Block(uint32_t tag, absl::string_view payload) {
+    const size_t start = out_.size();
+    Put<uint32_t>(&out_, tag);
+    Put<uint64_t>(&out_, payload.size());
+    out_.append(payload.data(), payload.size());
+    const uint32_t crc =
+        Crc(0, absl::string_view(out_).substr(start, out_.size() - start));
+    Put<uint32_t>(&out_, crc);
+  }
+  std::string Finish() {
+    Put<uint32_t>(&out_, kEndTag);
+    Put<uint32_t>(&out_, Crc(0, out_));
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+// ---- decoding
+
+absl::Status Loss(absl::string_view name, absl::string_view why) {
+  return absl::DataLossError(absl::StrCat("file ", name, ": ", why));
+}
+
+// Reads fixed-size values and strings from a payload; any overrun is
+// DATA_LOSS ("block 'xxxx' is malformed").
+class Cursor {
+ public:
+  Cursor(absl::string_view bytes, absl::string_view name, uint32_t tag)
+      : bytes_(bytes), name_(name), tag_(tag) {}
+
+  template <typename T>
+  absl::StatusOr<T> Get() {
+    if (bytes_.size() - at_ < sizeof(T)) return Malformed("too short");
+    T v;
+    std::memcpy(&v, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  absl::StatusOr<std::string> GetString() {
+    MAXSIMD_ASSIGN_OR_RETURN(uint32_t n, Get<uint32_t>());
+    if (bytes_.size() - at_ < n) return Malformed("a string runs past its end");
+    std::string s(bytes_.substr(at_, n));
+    at_ += n;
+    return s;
+  }
+  absl::Status ExpectEnd() {
+    return at_ == bytes_.size() ? absl::OkStatus()
+                                : Malformed("has bytes past its fields");
+  }
+  absl::Status Malformed(absl::string_view why) const {
+    return Loss(name_, absl::StrCat("block '", TagName(tag_), "' ", why));
+  }
+
+ private:
+  absl::string_view bytes_;
+  absl::string_view name_;
+  uint32_t tag_;
+  size_t at_ = 0;
+};
+
+// Checks the framing of a whole file of `kind` and returns the payloads of
+// its blocks, which must carry `tags` in this order.
+absl::StatusOr<std::vector<absl::string_view>> ParseFile(
+    absl::string_view bytes, FileKind kind, const std::vector<uint32_t>& tags,
+    absl::string_view name) {
+  constexpr size_t kHeader = sizeof(kMagic) + 8;
+  if (bytes.size() < sizeof(kMagic) ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Loss(name, "not a maxsimd file (bad magic)");
+  }
+  if (bytes.size() < kHeader + 8) return Loss(name, "truncated header");
+  uint32_t got_kind, version;
+  std::memcpy(&got_kind, bytes.data() + 8, 4);
+  std::memcpy(&version, bytes.data() + 12, 4);
+  if (got_kind != kind) {
+    return Loss(name, absl::StrCat("is a file of kind ", got_kind,
+                                   ", expected kind ", kind));
+  }
+  if (version != kVersion) {
+    return Loss(name, absl::StrCat("format version ", version,
+                                   " is not supported (this build reads ",
+                                   kVersion, ")"));
+  }
+  std::vector<absl::string_view> payloads;
+  size_t at = kHeader;
+  for (uint32_t want : tags) {
+    if (bytes.size() - at < 12 + 4) {
+      return Loss(name,
+                  absl::StrCat("truncated before block '", TagName(want), "'"));
+    }
+    uint32_t tag;
+    uint64_t len;
+    std::memcpy(&tag, bytes.data() + at, 4);
+    std::memcpy(&len, bytes.data() + at + 4, 8);
+    if (tag != want) {
+      return Loss(name, absl::StrCat("found block '", TagName(tag), "' where '",
+                                     TagName(want), "' was expected"));
+    }
+    if (len > bytes.size() - at - 12 - 4) {
+      return Loss(name, absl::StrCat("truncated in block '", TagName(tag),
+                                     "' (", len, " payload bytes declared, ",
+                                     bytes.size() - at - 16, " left)"));
+    }
+    uint32_t crc;
+    std::memcpy(&crc, bytes.data() + at + 12 + len, 4);
+    if (Crc(0, bytes.substr(at, 12 + len)) != crc) {
+      return Loss(name, absl::StrCat("checksum mismatch in block '",
+                                     TagName(tag), "' at offset ", at));
+    }
+    payloads.push_back(bytes.substr(at + 12, len));
+    at += 12 + len + 4;
+  }
+  if (bytes.size() - at < 8) return Loss(name, "truncated before its end");
+  uint32_t end, file_crc;
+  std::memcpy(&end, bytes.data() + at, 4);
+  std::memcpy(&file_crc, bytes.data() + at + 4, 4);
+  if (end != kEndTag) return Loss(name, "has no end tag after its blocks");
+  if (Crc(0, bytes.substr(0, at + 4)) != file_crc) {
+    return Loss(name, "file checksum mismatch");
+  }
+  if (at + 8 != bytes.size()) {
+    return Loss(name, absl::StrCat(bytes.size() - at - 8,
+                                   " bytes follow the end of the file"));
+  }
+  return payloads;
+}
+
+absl::StatusOr<DType> StoredDType(uint32_t v, const Cursor& c) {
+  if (v == 1) return DType::kFloat16;
+  if (v == 2) return DType::kBFloat16;
+  return c.Malformed(absl::StrCat("has storage dtype ", v));
+}
+
+uint32_t StoredDTypeCode(DType d) { return d == DType::kBFloat16 ? 2 : 1; }
+
+std::string Join(const std::string& dir, absl::string_view file) {
+  return absl::StrCat(dir, "/", file);
+}
+
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
+  const int e = errno;
+  const std::string msg = absl::StrCat(what, " ", path, ": ", strerror(e));
+  if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+// Names of the regular files in `dir`.
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus("opendir", dir);
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  return names;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : ErrnoStatus("stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(path));
+    for (const std::string& n : names) {
+      MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(path, n)));
+    }
+    if (rmdir(path.c_str()) != 0) return ErrnoStatus("rmdir", path);
+    return absl::OkStatus();
+  }
+  if (unlink(path.c_str()) != 0) return ErrnoStatus("unlink", path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Segment, tombstone and manifest files
+
+std::string EncodeSegmentFile(const SegmentData& data) {
+  FileBuilder f(kSegmentKind);
+  const int64_t docs = static_cast<int64_t>(data.ids.size());
+  std::string meta;
+  Put<int32_t>(&meta, data.dim);
+  Put<uint32_t>(&meta, StoredDTypeCode(data.dtype));
+  Put<int64_t>(&meta, docs);
+  Put<int64_t>(&meta, data.cu_seqlens.back());
+  f.Block(Tag("meta"), meta);
+  f.Block(
+      Tag("offs"),
+      absl::string_view(reinterpret_cast<const char*>(data.cu_seqlens.data()),
+                        data.cu_seqlens.size() * sizeof(int64_t)));
+  std::string ids;
+  for (const std::string& id : data.ids) PutString(&ids, id);
+  f.Block(Tag("ids "), ids);
+  f.Block(Tag("toks"),
+          absl::string_view(data.tokens.data(), data.tokens.size()));
+  return f.Finish();
+}
+
+absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
+                                              absl::string_view name) {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::vector<absl::string_view> b,
+      ParseFile(bytes, kSegmentKind,
+                {Tag("meta"), Tag("offs"), Tag("ids "), Tag("toks")}, name));
+  SegmentData data;
+  Cursor meta(b[0], name, Tag("meta"));
+  MAXSIMD_ASSIGN_OR_RETURN(data.dim, meta.Get<int32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t dtype, meta.Get<uint32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(data.dtype, StoredDType(dtype, meta));
+  MAXSIMD_ASSIGN_OR_RETURN(int64_t docs, meta.Get<int64_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(int64_t tokens, meta.Get<int64_t>());
+  MAXSIMD_RETURN_IF_ERROR(meta.ExpectEnd());
+  if (data.dim < 1 || docs < 0 || tokens < 0) {
+    return meta.Malformed(absl::StrCat("has dim ", data.dim, ", ", docs,
+                                       " documents, ", tokens, " tokens"));
+  }
+  if (b[1].size() != static_cast<size_t>(docs + 1) * sizeof(int64_t)) {
+    return Cursor(b[1], name, Tag("offs"))
+        .Malformed(absl::StrCat("has ", b[1].size(), " bytes for ", docs,
+                                " documents"));
+  }
+  data.cu_seqlens.resize(static_cast<size_t>(docs + 1));
+  std::memcpy(data.cu_seqlens.data(), b[1].data(), b[1].size());
+  if (data.cu_seqlens.front() != 0 || data.cu_seqlens.back() != tokens) {
+    return Cursor(b[1], name, Tag("offs"))
+        .Malformed("does not run from 0 to the token count");
+  }
+  for (int64_t d = 0; d < docs; ++d) {
+    if (data.cu_seqlens[d + 1] < data.cu_seqlens[d]) {
+      return Cursor(b[1], name, Tag("offs"))
+          .Malformed(absl::StrCat("decreases at document ", d));
+    }
+  }
+  Cursor ids(b[2], name, Tag("ids "));
+  data.ids.reserve(static_cast<size_t>(docs));
+  absl::flat_hash_set<absl::string_view> seen;
+  for (int64_t d = 0; d < docs; ++d) {
+    MAXSIMD_ASSIGN_OR_RETURN(std::string id, ids.GetString());
+    data.ids.push_back(std::move(id));
+  }
+  MAXSIMD_RETURN_IF_ERROR(ids.ExpectEnd());
+  for (const std::string& id : data.ids) {
+    if (!seen.insert(id).second) {
+      return ids.Malformed(absl::StrCat("repeats id \"", id, "\""));
+    }
+  }
+  const uint64_t want = static_cast<uint64_t>(tokens) *
+                        static_cast<uint64_t>(data.dim) * DTypeSize(data.dtype);
+  if (b[3].size() != want) {
+    return Cursor(b[3], name, Tag("toks"))
+        .Malformed(absl::StrCat("has ", b[3].size(), " bytes; ", tokens,
+                                " tokens of dim ", data.dim, " need ", want));
+  }
+  data.tokens.assign(b[3].begin(), b[3].end());
+  return data;
+}
+
+std::string EncodeTombstoneFile(int64_t num_docs,
+                                const std::vector<uint32_t>& bits) {
+  FileBuilder f(kTombstoneKind);
+  std::string meta;
+  Put<int64_t>(&meta, num_docs);
+  f.Block(Tag("meta"), meta);
+  f.Block(Tag("bits"),
+          absl::string_view(reinterpret_cast<const char*>(bits.data()),
+                            bits.size() * sizeof(uint32_t)));
+  return f.Finish();
+}
+
+absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
+    absl::string_view bytes, int64_t num_docs, absl::string_view name) {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::vector<absl::string_view> b,
+      ParseFile(bytes, kTombstoneKind, {Tag("meta"), Tag("bits")}, name));
+  Cursor meta(b[0], name, Tag("meta"));
+  MAXSIMD_ASSIGN_OR_RETURN(int64_t docs, meta.Get<int64_t>());
+  MAXSIMD_RETURN_IF_ERROR(meta.ExpectEnd());
+  if (docs != num_docs) {
+    return meta.Malformed(absl::StrCat(
+        "is for ", docs, " documents; the segment has ", num_docs));
+  }
+  const size_t words = static_cast<size_t>((num_docs + 31) / 32);
+  if (b[1].size() != words * sizeof(uint32_t)) {
+    return Cursor(b[1], name, Tag("bits"))
+        .Malformed(absl::StrCat("has ", b[1].size(), " bytes for ", num_docs,
+                                " documents"));
+  }
+  std::vector<uint32_t> bits(words);
+  std::memcpy(bits.data(), b[1].data(), b[1].size());
+  if (num_docs % 32 != 0 && (bits.back() >> (num_docs % 32)) != 0) {
+    return Cursor(b[1], name, Tag("bits"))
+        .Malformed("marks documents past the segment's end");
+  }
+  return bits;
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  FileBuilder f(kManifest);
+  std::string conf;
+  PutString(&conf, m.config.name);
+  Put<int32_t>(&conf, m.config.dim);
+  Put<uint32_t>(&conf, static_cast<uint32_t>(m.config.layout));
+  Put<uint32_t>(&conf, static_cast<uint32_t>(m.config.placement));
+  Put<uint8_t>(&conf, m.config.normalize ? 1 : 0);
+  Put<uint32_t>(&conf, StoredDTypeCode(m.config.storage_dtype));
+  f.Block(Tag("conf"), conf);
+  std::string next;
+  Put<uint64_t>(&next, m.next_file);
+  f.Block(Tag("next"), next);
+  std::string segs;
+  Put<uint32_t>(&segs, static_cast<uint32_t>(m.segments.size()));
+  for (const StoredSegment& s : m.segments) {
+    PutString(&segs, s.file);
+    PutString(&segs, s.tombstones);
+    Put<int64_t>(&segs, s.base_index);
+    Put<int64_t>(&segs, s.num_docs);
+    Put<int32_t>(&segs, s.shard);
+  }
+  f.Block(Tag("segs"), segs);
+  return f.Finish();
+}
+
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
+                                        absl::string_view name) {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::vector<absl::string_view> b,
+      ParseFile(bytes, kManifest, {Tag("conf"), Tag("next"), Tag("segs")},
+                name));
+  Manifest m;
+  Cursor conf(b[0], name, Tag("conf"));
+  MAXSIMD_ASSIGN_OR_RETURN(m.config.name, conf.GetString());
+  MAXSIMD_ASSIGN_OR_RETURN(m.config.dim, conf.Get<int32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t layout, conf.Get<uint32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t placement, conf.Get<uint32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(uint8_t normalize, conf.Get<uint8_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t dtype, conf.Get<uint32_t>());
+  MAXSIMD_RETURN_IF_ERROR(conf.ExpectEnd());
+  if (layout > 2 || placement > 2 || normalize > 1) {
+    return conf.Malformed(absl::StrCat("has layout ", layout, ", placement ",
+                                       placement, ", normalize ", normalize));
+  }
+  m.config.layout = static_cast<Layout>(layout);
+  m.config.placement = static_cast<Placement>(placement);
+  m.config.normalize = normalize == 1;
+  MAXSIMD_ASSIGN_OR_RETURN(m.config.storage_dtype, StoredDType(dtype, conf));
+  Cursor next(b[1], name, Tag("next"));
+  MAXSIMD_ASSIGN_OR_RETURN(m.next_file, next.Get<uint64_t>());
+  MAXSIMD_RETURN_IF_ERROR(next.ExpectEnd());
+  Cursor segs(b[2], name, Tag("segs"));
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t count, segs.Get<uint32_t>());
+  int64_t min_base = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    StoredSegment s;
+    MAXSIMD_ASSIGN_OR_RETURN(s.file, segs.GetString());
+    MAXSIMD_ASSIGN_OR_RETURN(s.tombstones, segs.GetString());
+    MAXSIMD_ASSIGN_OR_RETURN(s.base_index, segs.Get<int64_t>());
+    MAXSIMD_ASSIGN_OR_RETURN(s.num_docs, segs.Get<int64_t>());
+    MAXSIMD_ASSIGN_OR_RETURN(s.shard, segs.Get<int32_t>());
+    if (s.file.empty() || s.base_index < min_base || s.num_docs < 0 ||
+        s.shard < 0 || absl::StrContains(s.file, "/") ||
+        absl::StrContains(s.tombstones, "/")) {
+      return segs.Malformed(absl::StrCat("has a bad entry for segment ", i));
+    }
+    min_base = s.base_index + s.num_docs;
+    m.segments.push_back(std::move(s));
+  }
+  MAXSIMD_RETURN_IF_ERROR(segs.ExpectEnd());
+  return m;
+}
+
+// ---------------------------------------------------------------------------
+// File I/O
+
+absl::Status WriteFileDurably(const std::string& path, absl::string_view data) {
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("open", path);
+  size_t at = 0;
+  while (at < data.size()) {
+    const ssize_t n = write(fd, data.data() + at, data.size() - at);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = ErrnoStatus("write", path);
+      close(fd);
+      return s;
+    }
+    at += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    absl::Status s = ErrnoStatus("fsync", path);
+    close(fd);
+    return s;
+  }
+  if (close(fd) != 0) return ErrnoStatus("close", path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return absl::DataLossError(absl::StrCat("file ", path, " is missing"));
+    }
+    return ErrnoStatus("open", path);
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = ErrnoStatus("read", path);
+      close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", dir);
+  const int rc = fsync(fd);
+  absl::Status s = rc == 0 ? absl::OkStatus() : ErrnoStatus("fsync", dir);
+  close(fd);
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// CorpusStore
+
+CorpusStore::CorpusStore(std::string dir, Manifest manifest)
+    : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
+
+absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Create(
+    const std::string& dir, const CorpusConfig& config) {
+  if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir", dir);
+  Manifest m;
+  m.config = config;
+  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, m));
+  absl::Status s = store->Commit({});
+  if (!s.ok()) {
+    (void)RemoveTree(dir);
+    return s;
+  }
+  // The new directory's entry in its parent.
+  const size_t slash = dir.find_last_of('/');
+  MAXSIMD_RETURN_IF_ERROR(
+      SyncDirectory(slash == std::string::npos ? "." : dir.substr(0, slash)));
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Open(
+    const std::string& dir, StoredCorpus* contents) {
+  const std::string manifest_path = Join(dir, kManifestName);
+  MAXSIMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(manifest_path));
+  MAXSIMD_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, manifest_path));
+  contents->segments.clear();
+  contents->tombstones.clear();
+  for (const StoredSegment& s : m.segments) {
+    const std::string path = Join(dir, s.file);
+    absl::StatusOr<std::string> seg_bytes = ReadWholeFile(path);
+    if (!seg_bytes.ok() && absl::IsDataLoss(seg_bytes.status())) {
+      return absl::DataLossError(absl::StrCat(
+          "missing segment file ", path, " (named by ", manifest_path, ")"));
+    }
+    MAXSIMD_RETURN_IF_ERROR(seg_bytes.status());
+    MAXSIMD_ASSIGN_OR_RETURN(SegmentData data,
+                             DecodeSegmentFile(*seg_bytes, path));
+    if (static_cast<int64_t>(data.ids.size()) != s.num_docs ||
+        data.dim != m.config.dim || data.dtype != m.config.storage_dtype) {
+      return Loss(path,
+                  absl::StrCat("holds ", data.ids.size(), " documents of dim ",
+                               data.dim, "; the manifest expects ", s.num_docs,
+                               " of dim ", m.config.dim));
+    }
+    contents->segments.push_back(std::move(data));
+    std::vector<uint32_t> bits;
+    if (!s.tombstones.empty()) {
+      const std::string tpath = Join(dir, s.tombstones);
+      absl::StatusOr<std::string> tb = ReadWholeFile(tpath);
+      if (!tb.ok() && absl::IsDataLoss(tb.status())) {
+        return absl::DataLossError(absl::StrCat("missing tombstone file ",
+                                                tpath, " (named by ",
+                                                manifest_path, ")"));
+      }
+      MAXSIMD_RETURN_IF_ERROR(tb.status());
+      MAXSIMD_ASSIGN_OR_RETURN(bits,
+                               DecodeTombstoneFile(*tb, s.num_docs, tpath));
+    }
+    contents->tombstones.push_back(std::move(bits));
+  }
+  contents->manifest = m;
+  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, std::move(m)));
+  store->CollectGarbage();
+  return store;
+}
+
+std::string CorpusStore::NewFileName(absl::string_view prefix) {
+  return absl::StrCat(prefix, "-", manifest_.next_file++, ".msd");
+}
+
+absl::StatusOr<std::string> CorpusStore::WriteSegment(const SegmentData& data) {
+  std::string name = NewFileName("seg");
+  MAXSIMD_RETURN_IF_ERROR(
+      WriteFileDurably(Join(dir_, name), EncodeSegmentFile(data)));
+  return name;
+}
+
+absl::StatusOr<std::string> CorpusStore::WriteTombstones(
+    int64_t num_docs, const std::vector<uint32_t>& bits) {
+  std::string name = NewFileName("tomb");
+  MAXSIMD_RETURN_IF_ERROR(
+      WriteFileDurably(Join(dir_, name), EncodeTombstoneFile(num_docs, bits)));
+  return name;
+}
+
+absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
+  Manifest next = manifest_;
+  next.segments = std::move(segments);
+  const std::string tmp = Join(dir_, kManifestTmp);
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, EncodeManifest(next)));
+  if (rename(tmp.c_str(), Join(dir_, kManifestName).c_str()) != 0) {
+    return ErrnoStatus("rename", tmp);
+  }
+  MAXSIMD_RETURN_IF_ERROR(SyncDirectory(dir_));
+  manifest_ = std::move(next);
+  return absl::OkStatus();
+}
+
+void CorpusStore::CollectGarbage() {
+  absl::StatusOr<std::vector<std::string>> names = ListFiles(dir_);
+  if (!names.ok()) return;
+  std::set<std::string> keep = {std::string(kManifestName)};
+  for (const StoredSegment& s : manifest_.segments) {
+    keep.insert(s.file);
+    if (!s.tombstones.empty()) keep.insert(s.tombstones);
+  }
+  for (const std::string& n : *names) {
+    if (keep.count(n) == 0) (void)unlink(Join(dir_, n).c_str());
+  }
+}
+
+absl::Status DestroyCorpusDirectory(const std::string& dir) {
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent =
+      slash == std::string::npos ? "." : dir.substr(0, slash);
+  const std::string base =
+      slash == std::string::npos ? dir : dir.substr(slash + 1);
+  std::string trash;
+  for (int n = 0;; ++n) {
+    trash = Join(parent, absl::StrCat(".dropped-", base, "-", n));
+    struct stat st;
+    if (lstat(trash.c_str(), &st) != 0) break;
+  }
+  if (rename(dir.c_str(), trash.c_str()) != 0)
+    return ErrnoStatus("rename", dir);
+  MAXSIMD_RETURN_IF_ERROR(SyncDirectory(parent));
+  return RemoveTree(trash);
+}
+
+absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                           ListFiles(corpora_dir));
+  for (const std::string& n : names) {
+    if (absl::StartsWith(n, ".dropped-")) {
+      MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(corpora_dir, n)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
+    const std::string& corpora_dir) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                           ListFiles(corpora_dir));
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (absl::StartsWith(n, ".")) continue;
+    struct stat st;
+    if (stat(Join(corpora_dir, n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      out.push_back(n);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::Status MakeDirectories(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/') continue;
+    const std::string prefix = path.substr(0, i);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus("mkdir", prefix);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace maxsimd

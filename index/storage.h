@@ -1,0 +1,120 @@
+// Durable corpus storage: the files of index/FORMAT.md (segment, tombstone
+// and manifest files with per-block and per-file CRC-32) and CorpusStore,
+// which commits a corpus's state to its directory through an atomic
+// manifest rename.
+//
+// Errors: every damaged, truncated or missing file is DATA_LOSS with a
+// message naming the file and the reason; I/O failures while writing are
+// INTERNAL (or RESOURCE_EXHAUSTED for a full disk) and leave the committed
+// state as it was.
+//
+// Thread-safety: the free functions are reentrant; a CorpusStore is used by
+// one writer at a time (its Corpus serialises writes).
+#ifndef MAXSIMD_INDEX_STORAGE_H_
+#define MAXSIMD_INDEX_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/corpus.h"
+#include "index/segment.h"
+
+namespace maxsimd {
+
+// One segment as the manifest records it.
+struct StoredSegment {
+  std::string file;        // segment file name, relative to the corpus dir
+  std::string tombstones;  // tombstone file name; empty: nothing deleted
+  int64_t base_index = 0;  // internal index of its first document
+  int64_t num_docs = 0;
+  int32_t shard = 0;
+};
+
+struct Manifest {
+  CorpusConfig config;
+  uint64_t next_file = 1;
+  std::vector<StoredSegment> segments;
+};
+
+// Encoders and decoders of the three file kinds. `name` only labels error
+// messages. Decoders check everything FORMAT.md lists.
+std::string EncodeSegmentFile(const SegmentData& data);
+absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
+                                              absl::string_view name);
+std::string EncodeTombstoneFile(int64_t num_docs,
+                                const std::vector<uint32_t>& bits);
+absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
+    absl::string_view bytes, int64_t num_docs, absl::string_view name);
+std::string EncodeManifest(const Manifest& manifest);
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
+                                        absl::string_view name);
+
+// Whole-file I/O. WriteFileDurably writes, fsyncs and closes `path`
+// (replacing it); SyncDirectory fsyncs a directory so that entries created
+// or renamed in it are durable.
+absl::Status WriteFileDurably(const std::string& path, absl::string_view data);
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+absl::Status SyncDirectory(const std::string& dir);
+
+// The contents of a corpus directory, as Open() read them.
+struct StoredCorpus {
+  Manifest manifest;
+  std::vector<SegmentData> segments;              // parallel to manifest
+  std::vector<std::vector<uint32_t>> tombstones;  // empty: none
+};
+
+class CorpusStore {
+ public:
+  // Makes `dir` (which must not exist) holding `config` and no documents.
+  static absl::StatusOr<std::unique_ptr<CorpusStore>> Create(
+      const std::string& dir, const CorpusConfig& config);
+  // Reads `dir`'s manifest and every file it names into *contents, and
+  // removes files the manifest does not name. DATA_LOSS names the file.
+  static absl::StatusOr<std::unique_ptr<CorpusStore>> Open(
+      const std::string& dir, StoredCorpus* contents);
+
+  const std::string& dir() const { return dir_; }
+  const Manifest& manifest() const { return manifest_; }
+
+  // Step 1 of a commit: writes a new segment or tombstone file (durably)
+  // and returns its name. Until a Commit names it, it is garbage.
+  absl::StatusOr<std::string> WriteSegment(const SegmentData& data);
+  absl::StatusOr<std::string> WriteTombstones(
+      int64_t num_docs, const std::vector<uint32_t>& bits);
+
+  // Steps 2 and 3: makes `segments` the committed state. On error the
+  // previous state stays committed (on disk and in manifest()).
+  absl::Status Commit(std::vector<StoredSegment> segments);
+
+  // Removes the files in the directory that the committed manifest does
+  // not name (best effort; after a failed or superseding commit).
+  void CollectGarbage();
+
+ private:
+  CorpusStore(std::string dir, Manifest manifest);
+  std::string NewFileName(absl::string_view prefix);
+
+  const std::string dir_;
+  Manifest manifest_;
+};
+
+// Removes a corpus directory: renames it to a `.dropped-*` sibling, syncs
+// the parent, then deletes it.
+absl::Status DestroyCorpusDirectory(const std::string& dir);
+// Deletes the `.dropped-*` directories a crash left in `corpora_dir`.
+absl::Status RemoveDroppedCorpora(const std::string& corpora_dir);
+// The corpus directories in `corpora_dir` (names not starting with '.'),
+// sorted.
+absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
+    const std::string& corpora_dir);
+// mkdir -p.
+absl::Status MakeDirectories(const std::string& path);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_INDEX_STORAGE_H_

@@ -1,0 +1,362 @@
+// Durable storage (index/FORMAT.md): round trips of the three file kinds,
+// damaged files (flipped bytes, truncation, wrong magic, kind or version,
+// trailing bytes, missing files) reported as DATA_LOSS naming the file and
+// the reason, and corpora that survive a reopen through CorpusStore, Corpus
+// and CorpusRegistry, including a failed write that must change nothing.
+#include "index/storage.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "index/corpus.h"
+#include "index/registry.h"
+#include "kernels/maxsim_cpu.h"
+#include "tests/support/status_matchers.h"
+
+namespace maxsimd {
+namespace {
+
+using ::maxsimd::testing::IsOk;
+using ::maxsimd::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A fresh directory under $TEST_TMPDIR (or /tmp), removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TEST_TMPDIR");
+    std::string pattern =
+        absl::StrCat(base != nullptr ? base : "/tmp", "/maxsimd_storageXXXXXX");
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    EXPECT_NE(mkdtemp(buf.data()), nullptr);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    const std::string cmd = absl::StrCat("rm -rf '", path_, "'");
+    EXPECT_EQ(system(cmd.c_str()), 0);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+class StorageTest : public ::testing::Test {
+ protected:
+  StorageTest() : backend_(CpuBackend::Create({}).value()) {
+    config_.name = "c";
+    config_.dim = 4;
+  }
+
+  // `n` documents prefix0.. of 1 + i % 3 tokens, distinct values.
+  SegmentData Docs(const std::string& prefix, int n, float seed = 0.f) {
+    DocumentBuilder b(config_, limits_);
+    std::vector<std::string> ids;
+    std::vector<int32_t> counts;
+    std::vector<float> tokens;
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(prefix + std::to_string(i));
+      counts.push_back(1 + i % 3);
+      for (int t = 0; t < counts.back() * config_.dim; ++t) {
+        tokens.push_back(0.125f * static_cast<float>((i * 7 + t) % 11) + seed);
+      }
+    }
+    EXPECT_THAT(b.Add(ids, counts, tokens.data(),
+                      static_cast<int64_t>(tokens.size()) / config_.dim,
+                      DType::kFloat32, "m"),
+                IsOk());
+    return b.Take();
+  }
+
+  // Every live document of a snapshot as (id, its tokens' bytes), in
+  // internal order: what a reopen must reproduce exactly.
+  static std::vector<std::pair<std::string, std::string>> Contents(
+      const CorpusSnapshot& s) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (size_t g = 0; g < s.segments().size(); ++g) {
+      const Segment& seg = *s.segments()[g];
+      const SegmentView v = seg.HostView(nullptr);
+      const size_t row = static_cast<size_t>(v.dim) * DTypeSize(v.dtype);
+      for (int64_t d = 0; d < seg.num_docs(); ++d) {
+        if (s.tombstones(g) != nullptr && s.tombstones(g)->Contains(d)) {
+          continue;
+        }
+        const char* base = static_cast<const char*>(v.tokens);
+        out.emplace_back(
+            seg.id(d),
+            std::string(base + v.cu_seqlens[d] * row,
+                        (v.cu_seqlens[d + 1] - v.cu_seqlens[d]) * row));
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<CpuBackend> backend_;
+  CorpusConfig config_;
+  CorpusLimits limits_;
+};
+
+// ---------------------------------------------------------------------------
+// Files
+
+TEST_F(StorageTest, SegmentFileRoundTrips) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    config_.storage_dtype = dtype;
+    const SegmentData in = Docs("d", 7);
+    absl::StatusOr<SegmentData> out =
+        DecodeSegmentFile(EncodeSegmentFile(in), "seg-1.msd");
+    ASSERT_THAT(out, IsOk());
+    EXPECT_EQ(out->dim, in.dim);
+    EXPECT_EQ(out->dtype, dtype);
+    EXPECT_EQ(out->ids, in.ids);
+    EXPECT_EQ(out->cu_seqlens, in.cu_seqlens);
+    EXPECT_EQ(out->tokens, in.tokens);
+  }
+}
+
+TEST_F(StorageTest, TombstoneFileAndManifestRoundTrip) {
+  const std::vector<uint32_t> bits = {0x80000001u, 0x5u};
+  absl::StatusOr<std::vector<uint32_t>> got =
+      DecodeTombstoneFile(EncodeTombstoneFile(35, bits), 35, "tomb-2.msd");
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(*got, bits);
+
+  Manifest m;
+  m.config = config_;
+  m.config.normalize = true;
+  m.config.storage_dtype = DType::kBFloat16;
+  m.next_file = 42;
+  m.segments = {{"seg-3.msd", "", 0, 10, 0},
+                {"seg-5.msd", "tomb-9.msd", 10, 4, 2}};
+  absl::StatusOr<Manifest> back = DecodeManifest(EncodeManifest(m), "MANIFEST");
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->config.name, "c");
+  EXPECT_EQ(back->config.dim, 4);
+  EXPECT_TRUE(back->config.normalize);
+  EXPECT_EQ(back->config.storage_dtype, DType::kBFloat16);
+  EXPECT_EQ(back->next_file, 42u);
+  ASSERT_EQ(back->segments.size(), 2u);
+  EXPECT_EQ(back->segments[1].file, "seg-5.msd");
+  EXPECT_EQ(back->segments[1].tombstones, "tomb-9.msd");
+  EXPECT_EQ(back->segments[1].base_index, 10);
+  EXPECT_EQ(back->segments[1].num_docs, 4);
+  EXPECT_EQ(back->segments[1].shard, 2);
+}
+
+TEST_F(StorageTest, EveryFlippedByteIsDataLossNamingTheFile) {
+  const std::string good = EncodeSegmentFile(Docs("d", 3));
+  // Every byte of the file: a flip anywhere must be caught (by a magic,
+  // kind, version or tag check, a block CRC or the file CRC).
+  for (size_t at = 0; at < good.size(); ++at) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x10);
+    EXPECT_THAT(DecodeSegmentFile(bad, "seg-7.msd"),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-7.msd")))
+        << "byte " << at;
+  }
+  // A flip inside the token payload is a block checksum mismatch.
+  std::string bad = good;
+  bad[good.size() - 20] ^= 1;
+  EXPECT_THAT(DecodeSegmentFile(bad, "seg-7.msd"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("checksum mismatch in block 'toks'")));
+}
+
+TEST_F(StorageTest, TruncationAtAnyLengthIsDataLoss) {
+  const std::string good = EncodeSegmentFile(Docs("d", 3));
+  for (size_t len = 0; len < good.size(); ++len) {
+    EXPECT_THAT(DecodeSegmentFile(good.substr(0, len), "seg-1.msd"),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")))
+        << "length " << len;
+  }
+  EXPECT_THAT(DecodeSegmentFile(good.substr(0, good.size() / 2), "seg-1.msd"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated")));
+}
+
+TEST_F(StorageTest, WrongMagicKindVersionAndTrailingBytesAreNamed) {
+  const std::string good = EncodeSegmentFile(Docs("d", 2));
+  std::string magic = good;
+  magic[0] = 'X';
+  EXPECT_THAT(DecodeSegmentFile(magic, "f"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("bad magic")));
+  std::string version = good;
+  version[12] = 2;  // the u32 after the magic and the kind
+  EXPECT_THAT(DecodeSegmentFile(version, "f"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("format version 2 is not supported")));
+  EXPECT_THAT(DecodeManifest(good, "MANIFEST"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("kind 1, expected kind 3")));
+  EXPECT_THAT(DecodeSegmentFile(good + "x", "f"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("1 bytes follow the end")));
+  EXPECT_THAT(DecodeTombstoneFile(EncodeTombstoneFile(33, {0, 1}), 40, "t"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("is for 33 documents; the segment has 40")));
+}
+
+// ---------------------------------------------------------------------------
+// CorpusStore and Corpus
+
+TEST_F(StorageTest, CorpusSurvivesReopenWithAppendsAndDeletes) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/c";
+  std::vector<std::pair<std::string, std::string>> before;
+  {
+    auto store = CorpusStore::Create(dir, config_);
+    ASSERT_THAT(store, IsOk());
+    auto corpus =
+        Corpus::Create(config_, limits_, backend_.get(), *std::move(store));
+    ASSERT_THAT(corpus, IsOk());
+    ASSERT_THAT((*corpus)->Append(Docs("a", 5)), IsOk());
+    ASSERT_THAT((*corpus)->Append(Docs("b", 4, 1.f)), IsOk());
+    ASSERT_THAT((*corpus)->Delete({"a1", "b3"}, false), IsOk());
+    ASSERT_THAT((*corpus)->Delete({"a2"}, false), IsOk());
+    before = Contents(*(*corpus)->Snapshot());
+    ASSERT_EQ(before.size(), 6u);
+  }
+  StoredCorpus contents;
+  auto store = CorpusStore::Open(dir, &contents);
+  ASSERT_THAT(store, IsOk());
+  EXPECT_EQ(contents.manifest.config.name, "c");
+  ASSERT_EQ(contents.manifest.segments.size(), 2u);
+  auto corpus = Corpus::Restore(limits_, backend_.get(), *std::move(store),
+                                std::move(contents));
+  ASSERT_THAT(corpus, IsOk());
+  auto snap = (*corpus)->Snapshot();
+  EXPECT_EQ(Contents(*snap), before);
+  EXPECT_FALSE(snap->Find("a1").has_value());
+  EXPECT_TRUE(snap->Find("a0").has_value());
+  EXPECT_EQ(snap->next_index(), 9);
+  // Only the manifest and the files it names are left: the first delete's
+  // tombstone file was superseded by the second's.
+  int files = 0;
+  for (const char* f : {"MANIFEST", "seg-1.msd", "seg-2.msd", "tomb-3.msd",
+                        "tomb-4.msd", "tomb-5.msd"}) {
+    files += Exists(dir + "/" + f) ? 1 : 0;
+  }
+  EXPECT_EQ(files, 5);  // tomb-3 (a1's first set) is gone
+  EXPECT_FALSE(Exists(dir + "/tomb-3.msd"));
+  // Writes continue after the reopen, with fresh file numbers.
+  ASSERT_THAT((*corpus)->Append(Docs("c", 2)), IsOk());
+  EXPECT_TRUE(Exists(dir + "/seg-6.msd"));
+}
+
+TEST_F(StorageTest, OpenRemovesGarbageAndReportsMissingOrDamagedFiles) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/c";
+  {
+    auto corpus = Corpus::Create(config_, limits_, backend_.get(),
+                                 CorpusStore::Create(dir, config_).value());
+    ASSERT_THAT((*corpus)->Append(Docs("a", 3)), IsOk());
+  }
+  // Left by a crash between a file write and its commit.
+  ASSERT_THAT(WriteFileDurably(dir + "/seg-9.msd", "partial"), IsOk());
+  ASSERT_THAT(WriteFileDurably(dir + "/MANIFEST.tmp", "partial"), IsOk());
+  StoredCorpus contents;
+  ASSERT_THAT(CorpusStore::Open(dir, &contents), IsOk());
+  EXPECT_FALSE(Exists(dir + "/seg-9.msd"));
+  EXPECT_FALSE(Exists(dir + "/MANIFEST.tmp"));
+
+  // A flipped byte in the segment file.
+  std::string seg = ReadWholeFile(dir + "/seg-1.msd").value();
+  seg[seg.size() / 2] ^= 4;
+  ASSERT_THAT(WriteFileDurably(dir + "/seg-1.msd", seg), IsOk());
+  EXPECT_THAT(CorpusStore::Open(dir, &contents),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
+  // The segment file gone.
+  ASSERT_EQ(unlink((dir + "/seg-1.msd").c_str()), 0);
+  EXPECT_THAT(
+      CorpusStore::Open(dir, &contents),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("missing segment file")));
+  // The manifest truncated.
+  std::string manifest = ReadWholeFile(dir + "/MANIFEST").value();
+  ASSERT_THAT(WriteFileDurably(dir + "/MANIFEST",
+                               manifest.substr(0, manifest.size() - 3)),
+              IsOk());
+  EXPECT_THAT(CorpusStore::Open(dir, &contents),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("MANIFEST")));
+}
+
+TEST_F(StorageTest, FailedWriteChangesNothingInMemoryOrOnDisk) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/c";
+  auto corpus = Corpus::Create(config_, limits_, backend_.get(),
+                               CorpusStore::Create(dir, config_).value());
+  ASSERT_THAT((*corpus)->Append(Docs("a", 3)), IsOk());
+  const auto before = Contents(*(*corpus)->Snapshot());
+  // The next file number is 2: a directory of that name makes its write
+  // fail (whatever the user's permissions).
+  ASSERT_EQ(mkdir((dir + "/seg-2.msd").c_str(), 0755), 0);
+  EXPECT_FALSE((*corpus)->Append(Docs("b", 2)).ok());
+  EXPECT_EQ(Contents(*(*corpus)->Snapshot()), before);
+  ASSERT_EQ(rmdir((dir + "/seg-2.msd").c_str()), 0);
+  StoredCorpus contents;
+  auto store = CorpusStore::Open(dir, &contents);
+  ASSERT_THAT(store, IsOk());
+  auto reopened = Corpus::Restore(limits_, backend_.get(), *std::move(store),
+                                  std::move(contents));
+  ASSERT_THAT(reopened, IsOk());
+  EXPECT_EQ(Contents(*(*reopened)->Snapshot()), before);
+}
+
+// ---------------------------------------------------------------------------
+// CorpusRegistry
+
+TEST_F(StorageTest, RegistryReloadsCorporaAndServesDamagedOnesAsDataLoss) {
+  TempDir tmp;
+  std::vector<std::pair<std::string, std::string>> kept;
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    for (const char* name : {"keep", "broken", "dropped"}) {
+      config_.name = name;
+      auto c = r.Create(config_);
+      ASSERT_THAT(c, IsOk());
+      ASSERT_THAT((*c)->Append(Docs(name, 4)), IsOk());
+    }
+    kept = Contents(*r.Get("keep").value()->Snapshot());
+    config_.name = "keep";
+    EXPECT_THAT(r.Create(config_), StatusIs(absl::StatusCode::kAlreadyExists));
+    ASSERT_THAT(r.Drop("dropped"), IsOk());
+  }
+  const std::string broken = tmp.path() + "/corpora/broken/seg-1.msd";
+  std::string bytes = ReadWholeFile(broken).value();
+  bytes[40] ^= 1;
+  ASSERT_THAT(WriteFileDurably(broken, bytes), IsOk());
+
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  auto report = r.LoadAll();
+  ASSERT_THAT(report, IsOk());
+  ASSERT_EQ(report->size(), 2u);  // the dropped corpus stays dropped
+  EXPECT_EQ((*report)[0].first, "broken");
+  EXPECT_THAT((*report)[0].second, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT((*report)[1].second, IsOk());
+  EXPECT_EQ(Contents(*r.Get("keep").value()->Snapshot()), kept);
+  EXPECT_THAT(r.Get("broken"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
+  EXPECT_THAT(r.Get("dropped"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(r.List().size(), 1u);
+  // An operator clears the damaged corpus by dropping it; the name is free.
+  ASSERT_THAT(r.Drop("broken"), IsOk());
+  EXPECT_FALSE(Exists(tmp.path() + "/corpora/broken"));
+  config_.name = "broken";
+  EXPECT_THAT(r.Create(config_), IsOk());
+}
+
+}  // namespace
+}  // namespace maxsimd
