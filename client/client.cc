@@ -241,6 +241,39 @@ absl::StatusOr<std::vector<v1::CorpusInfo>> Client::ListCorpora() {
                                      response.corpora().end());
 }
 
+absl::StatusOr<std::string> Client::SetAlias(const std::string& alias,
+                                             const std::string& corpus) {
+  v1::SetAliasRequest request;
+  request.set_alias(alias);
+  request.set_corpus(corpus);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::SetAliasResponse response;
+  const grpc::Status status = admin_->SetAlias(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.previous_corpus();
+}
+
+absl::Status Client::DeleteAlias(const std::string& alias) {
+  v1::DeleteAliasRequest request;
+  request.set_alias(alias);
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::DeleteAliasResponse response;
+  return FromGrpcStatus(admin_->DeleteAlias(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<v1::Alias>> Client::ListAliases() {
+  grpc::ClientContext context;
+  SetDeadline(&context, options_.timeout);
+  v1::ListAliasesResponse response;
+  const grpc::Status status =
+      admin_->ListAliases(&context, v1::ListAliasesRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::vector<v1::Alias>(response.aliases().begin(),
+                                response.aliases().end());
+}
+
 absl::StatusOr<v1::CorpusInfo> Client::GetCorpus(const std::string& name) {
   v1::GetCorpusRequest request;
   request.set_name(name);

@@ -77,6 +77,13 @@ class Client {
   absl::Status DropCorpus(const std::string& name);
   absl::StatusOr<std::vector<v1::CorpusInfo>> ListCorpora();
   absl::StatusOr<v1::CorpusInfo> GetCorpus(const std::string& name);
+  // Points `alias` at `corpus`; returns the corpus it named before ("" if
+  // the alias is new).
+  absl::StatusOr<std::string> SetAlias(const std::string& alias,
+                                       const std::string& corpus);
+  absl::Status DeleteAlias(const std::string& alias);
+  // alias -> corpus, sorted by alias.
+  absl::StatusOr<std::vector<v1::Alias>> ListAliases();
 
   absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
   // The asynchronous form of Rerank, on the gRPC callback API: encodes the

@@ -591,6 +591,63 @@ int RunDrop(const Globals& g, const Flags& f) {
   }());
 }
 
+int RunAlias(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(std::string previous,
+                             client->SetAlias(f.Get("alias"), f.Get("corpus")));
+    if (g.json) {
+      std::printf("{\"alias\":%s,\"corpus\":%s,\"previous_corpus\":%s}\n",
+                  JsonString(f.Get("alias")).c_str(),
+                  JsonString(f.Get("corpus")).c_str(),
+                  JsonString(previous).c_str());
+    } else if (previous.empty()) {
+      std::printf("alias '%s' -> '%s'\n", f.Get("alias").c_str(),
+                  f.Get("corpus").c_str());
+    } else {
+      std::printf("alias '%s' -> '%s' (was '%s')\n", f.Get("alias").c_str(),
+                  f.Get("corpus").c_str(), previous.c_str());
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunUnalias(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_RETURN_IF_ERROR(client->DeleteAlias(f.Get("alias")));
+    if (g.json) {
+      std::printf("{\"deleted_alias\":%s}\n",
+                  JsonString(f.Get("alias")).c_str());
+    } else {
+      std::printf("deleted alias '%s'\n", f.Get("alias").c_str());
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunAliases(const Globals& g, const Flags&) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<v1::Alias> aliases,
+                             client->ListAliases());
+    if (g.json) {
+      std::string out = "{\"aliases\":[";
+      for (size_t i = 0; i < aliases.size(); ++i) {
+        absl::StrAppend(&out, i > 0 ? "," : "",
+                        "{\"alias\":", JsonString(aliases[i].alias()),
+                        ",\"corpus\":", JsonString(aliases[i].corpus()), "}");
+      }
+      std::printf("%s]}\n", out.c_str());
+      return absl::OkStatus();
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const v1::Alias& a : aliases) rows.push_back({a.alias(), a.corpus()});
+    PrintTable({"alias", "corpus"}, rows, {false, false});
+    return absl::OkStatus();
+  }());
+}
+
 int RunList(const Globals& g, const Flags&) {
   return Finish([&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
@@ -821,6 +878,16 @@ const std::vector<CommandDef>& Commands() {
        {{"name", "N", "corpus to drop", nullptr, true}},
        RunDrop},
       {"list", "list corpora", {}, RunList},
+      {"alias",
+       "point an alias at a corpus (create or switch it atomically)",
+       {{"alias", "A", "the alias", nullptr, true},
+        {"corpus", "N", "the corpus it names", nullptr, true}},
+       RunAlias},
+      {"unalias",
+       "delete an alias",
+       {{"alias", "A", "the alias", nullptr, true}},
+       RunUnalias},
+      {"aliases", "list aliases", {}, RunAliases},
       {"get",
        "describe one corpus",
        {{"name", "N", "corpus to describe", nullptr, true}},

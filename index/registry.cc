@@ -1,8 +1,11 @@
 #include "index/registry.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "index/storage.h"
 #include "kernels/status_macros.h"
 
@@ -16,9 +19,12 @@ std::string CorpusRegistry::CorpusDir(const std::string& name) const {
   return absl::StrCat(data_dir_, "/corpora/", name);
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, absl::Status>>>
-CorpusRegistry::LoadAll() {
-  std::vector<std::pair<std::string, absl::Status>> report;
+namespace {
+constexpr absl::string_view kAliasesFile = "ALIASES";
+}  // namespace
+
+absl::StatusOr<CorpusRegistry::LoadReport> CorpusRegistry::LoadAll() {
+  LoadReport report;
   if (data_dir_.empty()) return report;
   const std::string root = absl::StrCat(data_dir_, "/corpora");
   MAXSIMD_RETURN_IF_ERROR(MakeDirectories(root));
@@ -48,14 +54,27 @@ CorpusRegistry::LoadAll() {
     } else {
       failed_[name] = corpus.status();
     }
-    report.emplace_back(name, corpus.status());
+    report.corpora.emplace_back(name, corpus.status());
+  }
+  const std::string aliases_path = absl::StrCat(data_dir_, "/", kAliasesFile);
+  if (access(aliases_path.c_str(), F_OK) == 0) {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(aliases_path);
+    absl::StatusOr<std::map<std::string, std::string>> aliases =
+        bytes.ok() ? DecodeAliases(*bytes, aliases_path)
+                   : absl::StatusOr<std::map<std::string, std::string>>(
+                         bytes.status());
+    if (aliases.ok()) {
+      absl::MutexLock lock(&mu_);
+      aliases_ = *std::move(aliases);
+    }
+    report.aliases = aliases.status();
   }
   return report;
 }
 
 absl::Status CorpusRegistry::CheckFreeLocked(const std::string& name) const {
   if (corpora_.count(name) > 0 || failed_.count(name) > 0 ||
-      busy_.count(name) > 0) {
+      busy_.count(name) > 0 || aliases_.count(name) > 0) {
     return absl::AlreadyExistsError(
         absl::StrCat("name: corpus \"", name, "\" already exists"));
   }
@@ -65,6 +84,7 @@ absl::Status CorpusRegistry::CheckFreeLocked(const std::string& name) const {
 absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Create(
     const CorpusConfig& config) {
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits_));
+  absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
     MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(config.name));
@@ -89,9 +109,11 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Create(
 absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Get(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
-  auto it = corpora_.find(name);
+  auto alias = aliases_.find(name);
+  const std::string& target = alias != aliases_.end() ? alias->second : name;
+  auto it = corpora_.find(target);
   if (it != corpora_.end()) return it->second;
-  auto failed = failed_.find(name);
+  auto failed = failed_.find(target);
   if (failed != failed_.end()) {
     return absl::Status(
         failed->second.code(),
@@ -105,8 +127,19 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Get(
 absl::Status CorpusRegistry::Drop(const std::string& name) {
   std::shared_ptr<Corpus> dropped;  // freed outside the lock
   bool failed_only = false;
+  absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
+    std::vector<std::string> naming;
+    for (const auto& [alias, corpus] : aliases_) {
+      if (corpus == name) naming.push_back(alias);
+    }
+    if (!naming.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "name: corpus \"", name, "\" is named by alias",
+          naming.size() > 1 ? "es " : " ", absl::StrJoin(naming, ", "),
+          "; move or delete ", naming.size() > 1 ? "them" : "it", " first"));
+    }
     auto it = corpora_.find(name);
     failed_only = it == corpora_.end() && failed_.count(name) > 0;
     if ((it == corpora_.end() && !failed_only) || busy_.count(name) > 0) {
@@ -126,6 +159,70 @@ absl::Status CorpusRegistry::Drop(const std::string& name) {
   corpora_.erase(name);
   failed_.erase(name);
   return absl::OkStatus();
+}
+
+absl::Status CorpusRegistry::CommitAliases(
+    std::map<std::string, std::string> aliases) {
+  if (!data_dir_.empty()) {
+    MAXSIMD_RETURN_IF_ERROR(ReplaceFileDurably(
+        absl::StrCat(data_dir_, "/", kAliasesFile), EncodeAliases(aliases)));
+  }
+  absl::MutexLock lock(&mu_);
+  aliases_ = std::move(aliases);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CorpusRegistry::SetAlias(
+    const std::string& alias, const std::string& corpus) {
+  CorpusConfig probe;  // the alias must be a valid name, like a corpus's
+  probe.name = alias;
+  probe.dim = 1;
+  absl::Status valid = ValidateCorpusConfig(probe, limits_);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("alias: ", valid.message()));
+  }
+  absl::MutexLock names(&alias_mu_);
+  std::map<std::string, std::string> next;
+  std::string previous;
+  {
+    absl::MutexLock lock(&mu_);
+    if (corpora_.count(alias) > 0 || failed_.count(alias) > 0 ||
+        busy_.count(alias) > 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("alias: \"", alias, "\" is the name of a corpus"));
+    }
+    if (corpora_.count(corpus) == 0 && failed_.count(corpus) == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "corpus: \"", corpus.substr(0, 160), "\" is not a corpus",
+          aliases_.count(corpus) > 0 ? " (it is an alias)" : ""));
+    }
+    next = aliases_;
+    auto it = next.find(alias);
+    if (it != next.end()) previous = it->second;
+    next[alias] = corpus;
+  }
+  MAXSIMD_RETURN_IF_ERROR(CommitAliases(std::move(next)));
+  return previous;
+}
+
+absl::Status CorpusRegistry::DeleteAlias(const std::string& alias) {
+  absl::MutexLock names(&alias_mu_);
+  std::map<std::string, std::string> next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (aliases_.count(alias) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("alias: \"", alias.substr(0, 160), "\" does not exist"));
+    }
+    next = aliases_;
+  }
+  next.erase(alias);
+  return CommitAliases(std::move(next));
+}
+
+std::map<std::string, std::string> CorpusRegistry::Aliases() const {
+  absl::MutexLock lock(&mu_);
+  return aliases_;
 }
 
 std::vector<std::shared_ptr<Corpus>> CorpusRegistry::List() const {

@@ -27,10 +27,10 @@ constexpr uint32_t kEndTag = 0xffffffffu;
 enum FileKind : uint32_t {
   kSegmentKind = 1,
   kTombstoneKind = 2,
-  kManifest = 3
+  kManifest = 3,
+  kAliasesKind = 4
 };
 constexpr absl::string_view kManifestName = "MANIFEST";
-constexpr absl::string_view kManifestTmp = "MANIFEST.tmp";
 
 constexpr uint32_t Tag(const char (&s)[5]) {
   return static_cast<uint32_t>(static_cast<uint8_t>(s[0])) |
@@ -455,6 +455,36 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
   return m;
 }
 
+std::string EncodeAliases(const std::map<std::string, std::string>& aliases) {
+  FileBuilder f(kAliasesKind);
+  std::string alis;
+  Put<uint32_t>(&alis, static_cast<uint32_t>(aliases.size()));
+  for (const auto& [alias, corpus] : aliases) {
+    PutString(&alis, alias);
+    PutString(&alis, corpus);
+  }
+  f.Block(Tag("alis"), alis);
+  return f.Finish();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> DecodeAliases(
+    absl::string_view bytes, absl::string_view name) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::vector<absl::string_view> b,
+                           ParseFile(bytes, kAliasesKind, {Tag("alis")}, name));
+  Cursor c(b[0], name, Tag("alis"));
+  MAXSIMD_ASSIGN_OR_RETURN(uint32_t count, c.Get<uint32_t>());
+  std::map<std::string, std::string> out;
+  for (uint32_t i = 0; i < count; ++i) {
+    MAXSIMD_ASSIGN_OR_RETURN(std::string alias, c.GetString());
+    MAXSIMD_ASSIGN_OR_RETURN(std::string corpus, c.GetString());
+    if (alias.empty() || corpus.empty() || !out.emplace(alias, corpus).second) {
+      return c.Malformed(absl::StrCat("has a bad or repeated alias entry ", i));
+    }
+  }
+  MAXSIMD_RETURN_IF_ERROR(c.ExpectEnd());
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // File I/O
 
@@ -480,6 +510,16 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view data) {
   }
   if (close(fd) != 0) return ErrnoStatus("close", path);
   return absl::OkStatus();
+}
+
+absl::Status ReplaceFileDurably(const std::string& path,
+                                absl::string_view data) {
+  const std::string tmp = path + ".tmp";
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, data));
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp);
+  const size_t slash = path.find_last_of('/');
+  return SyncDirectory(slash == std::string::npos ? "."
+                                                  : path.substr(0, slash));
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -608,12 +648,8 @@ absl::StatusOr<std::string> CorpusStore::WriteTombstones(
 absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
   Manifest next = manifest_;
   next.segments = std::move(segments);
-  const std::string tmp = Join(dir_, kManifestTmp);
-  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, EncodeManifest(next)));
-  if (rename(tmp.c_str(), Join(dir_, kManifestName).c_str()) != 0) {
-    return ErrnoStatus("rename", tmp);
-  }
-  MAXSIMD_RETURN_IF_ERROR(SyncDirectory(dir_));
+  MAXSIMD_RETURN_IF_ERROR(
+      ReplaceFileDurably(Join(dir_, kManifestName), EncodeManifest(next)));
   manifest_ = std::move(next);
   return absl::OkStatus();
 }

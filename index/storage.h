@@ -14,6 +14,7 @@
 #define MAXSIMD_INDEX_STORAGE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,15 @@ absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
 std::string EncodeManifest(const Manifest& manifest);
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
                                         absl::string_view name);
+
+// The alias file of a data directory: alias -> corpus name.
+std::string EncodeAliases(const std::map<std::string, std::string>& aliases);
+absl::StatusOr<std::map<std::string, std::string>> DecodeAliases(
+    absl::string_view bytes, absl::string_view name);
+// Replaces `path` durably: writes path + ".tmp", fsyncs it, renames it over
+// `path` and fsyncs the directory.
+absl::Status ReplaceFileDurably(const std::string& path,
+                                absl::string_view data);
 
 // Whole-file I/O. WriteFileDurably writes, fsyncs and closes `path`
 // (replacing it); SyncDirectory fsyncs a directory so that entries created

@@ -272,4 +272,40 @@ grpc::ServerUnaryReactor* AdminService::GetCorpus(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* AdminService::SetAlias(
+    grpc::CallbackServerContext* ctx, const v1::SetAliasRequest* request,
+    v1::SetAliasResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::StatusOr<std::string> previous =
+      corpora_->SetAlias(request->alias(), request->corpus());
+  if (previous.ok()) response->set_previous_corpus(*previous);
+  FinishUnary(reactor, metrics_, "SetAlias", arrival, previous.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::DeleteAlias(
+    grpc::CallbackServerContext* ctx, const v1::DeleteAliasRequest* request,
+    v1::DeleteAliasResponse*) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  FinishUnary(reactor, metrics_, "DeleteAlias", arrival,
+              corpora_->DeleteAlias(request->alias()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ListAliases(
+    grpc::CallbackServerContext* ctx, const v1::ListAliasesRequest*,
+    v1::ListAliasesResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  for (const auto& [alias, corpus] : corpora_->Aliases()) {
+    v1::Alias* a = response->add_aliases();
+    a->set_alias(alias);
+    a->set_corpus(corpus);
+  }
+  FinishUnary(reactor, metrics_, "ListAliases", arrival, absl::OkStatus());
+  return reactor;
+}
+
 }  // namespace maxsimd

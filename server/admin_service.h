@@ -49,6 +49,15 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* GetCorpus(grpc::CallbackServerContext* ctx,
                                       const v1::GetCorpusRequest* request,
                                       v1::CorpusInfo* response) override;
+  grpc::ServerUnaryReactor* SetAlias(grpc::CallbackServerContext* ctx,
+                                     const v1::SetAliasRequest* request,
+                                     v1::SetAliasResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteAlias(
+      grpc::CallbackServerContext* ctx, const v1::DeleteAliasRequest* request,
+      v1::DeleteAliasResponse* response) override;
+  grpc::ServerUnaryReactor* ListAliases(
+      grpc::CallbackServerContext* ctx, const v1::ListAliasesRequest* request,
+      v1::ListAliasesResponse* response) override;
 
   CorpusRegistry* corpora() const { return corpora_; }
   const AdminLimits& limits() const { return limits_; }

@@ -318,8 +318,9 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
 
   if (!options.data_dir.empty()) {
     const absl::Time start = absl::Now();
-    MAXSIMD_ASSIGN_OR_RETURN(auto loaded, s->corpora_->LoadAll());
-    for (const auto& [name, status] : loaded) {
+    MAXSIMD_ASSIGN_OR_RETURN(CorpusRegistry::LoadReport loaded,
+                             s->corpora_->LoadAll());
+    for (const auto& [name, status] : loaded.corpora) {
       if (status.ok()) {
         const auto snapshot = (*s->corpora_->Get(name))->Snapshot();
         spdlog::info("loaded corpus \"{}\" from {}: {} documents", name,
@@ -329,8 +330,13 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
                       status.ToString());
       }
     }
-    spdlog::info("data directory {}: {} corpora in {}", options.data_dir,
-                 loaded.size(), absl::FormatDuration(absl::Now() - start));
+    if (!loaded.aliases.ok()) {
+      spdlog::error("aliases not loaded: {}", loaded.aliases.ToString());
+    }
+    spdlog::info("data directory {}: {} corpora, {} aliases in {}",
+                 options.data_dir, loaded.corpora.size(),
+                 s->corpora_->Aliases().size(),
+                 absl::FormatDuration(absl::Now() - start));
   }
   for (const DemoCorpus& demo : options.demo_corpora) {
     if (s->corpora_->Get(demo.name).ok()) {

@@ -203,6 +203,78 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   EXPECT_EQ(server_->TerminateAndWait(), 0);
 }
 
+TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
+  const std::string data = (dir_ / "data").string();
+  DocumentBatch docs;
+  docs.dim = 8;
+  docs.cu_seqlens = {0};
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal;
+  for (int i = 0; i < 40; ++i) {
+    docs.ids.push_back(absl::StrCat("d", i));
+    docs.cu_seqlens.push_back(docs.cu_seqlens.back() + 1 + i % 5);
+  }
+  docs.tokens.resize(docs.cu_seqlens.back() * 8);
+  for (float& v : docs.tokens) v = normal(rng);
+  Query q;
+  q.corpus = "prod";  // through the alias
+  q.dim = 8;
+  q.tokens.resize(4 * 8);
+  for (float& v : q.tokens) v = normal(rng);
+  q.top_k = 10;
+
+  std::string before;
+  {
+    auto server = ::maxsimd::testing::ServerProcess::Start(
+        {absl::StrCat("--data_dir=", data)});
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto client = (*server)->NewClient();
+    v1::CreateCorpusRequest create;
+    create.set_name("v1");
+    create.set_dim(8);
+    ASSERT_TRUE(client->CreateCorpus(create).ok());
+    ASSERT_TRUE(client->AddDocuments("v1", docs).ok());
+    ASSERT_TRUE(client->DeleteDocuments("v1", {"d3", "d7"}).ok());
+    const std::string ctl =
+        absl::StrCat(std::getenv("MAXSIMD_E2E_CTL_BIN") != nullptr
+                         ? std::getenv("MAXSIMD_E2E_CTL_BIN")
+                         : MAXSIMCTL_BIN,
+                     " --target=", (*server)->target());
+    auto [rc, out] = RunCommand(ctl + " alias --alias prod --corpus v1");
+    ASSERT_EQ(rc, 0) << out;
+    auto got = client->Rerank(q);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->results_size(), 10);
+    before = got->SerializeAsString();
+    // Not the deleted ones.
+    for (const auto& r : got->results()) {
+      EXPECT_NE(r.id(), "d3");
+      EXPECT_NE(r.id(), "d7");
+    }
+    EXPECT_EQ((*server)->TerminateAndWait(), 0);
+  }
+  auto server = ::maxsimd::testing::ServerProcess::Start(
+      {absl::StrCat("--data_dir=", data)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = (*server)->NewClient();
+  auto aliases = client->ListAliases();
+  ASSERT_TRUE(aliases.ok()) << aliases.status();
+  ASSERT_EQ(aliases->size(), 1u);
+  EXPECT_EQ((*aliases)[0].alias(), "prod");
+  EXPECT_EQ((*aliases)[0].corpus(), "v1");
+  auto info = client->GetCorpus("v1");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_documents(), 38);
+  auto got = client->Rerank(q);
+  ASSERT_TRUE(got.ok()) << got.status();
+  v1::RerankResponse after = *got;
+  after.clear_timing();
+  v1::RerankResponse was;
+  ASSERT_TRUE(was.ParseFromString(before));
+  was.clear_timing();
+  EXPECT_EQ(after.SerializeAsString(), was.SerializeAsString());
+}
+
 TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   // A corpus big enough that a batch of scans takes a few seconds on the
   // CPU; on a GPU the batch still waits out --max_queue_delay (1 s).

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,17 @@ class StorageTest : public ::testing::Test {
                       DType::kFloat32, "m"),
                 IsOk());
     return b.Take();
+  }
+
+  // A corpus persisted in `dir` (which must not exist) holding Docs("a", 3).
+  std::shared_ptr<Corpus> PersistedCorpus(const std::string& dir) {
+    auto store = CorpusStore::Create(dir, config_);
+    EXPECT_THAT(store, IsOk());
+    auto corpus =
+        Corpus::Create(config_, limits_, backend_.get(), *std::move(store));
+    EXPECT_THAT(corpus, IsOk());
+    EXPECT_THAT((*corpus)->Append(Docs("a", 3)), IsOk());
+    return *corpus;
   }
 
   // Every live document of a snapshot as (id, its tokens' bytes), in
@@ -259,11 +271,7 @@ TEST_F(StorageTest, CorpusSurvivesReopenWithAppendsAndDeletes) {
 TEST_F(StorageTest, OpenRemovesGarbageAndReportsMissingOrDamagedFiles) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/c";
-  {
-    auto corpus = Corpus::Create(config_, limits_, backend_.get(),
-                                 CorpusStore::Create(dir, config_).value());
-    ASSERT_THAT((*corpus)->Append(Docs("a", 3)), IsOk());
-  }
+  PersistedCorpus(dir);
   // Left by a crash between a file write and its commit.
   ASSERT_THAT(WriteFileDurably(dir + "/seg-9.msd", "partial"), IsOk());
   ASSERT_THAT(WriteFileDurably(dir + "/MANIFEST.tmp", "partial"), IsOk());
@@ -295,15 +303,13 @@ TEST_F(StorageTest, OpenRemovesGarbageAndReportsMissingOrDamagedFiles) {
 TEST_F(StorageTest, FailedWriteChangesNothingInMemoryOrOnDisk) {
   TempDir tmp;
   const std::string dir = tmp.path() + "/c";
-  auto corpus = Corpus::Create(config_, limits_, backend_.get(),
-                               CorpusStore::Create(dir, config_).value());
-  ASSERT_THAT((*corpus)->Append(Docs("a", 3)), IsOk());
-  const auto before = Contents(*(*corpus)->Snapshot());
+  std::shared_ptr<Corpus> corpus = PersistedCorpus(dir);
+  const auto before = Contents(*corpus->Snapshot());
   // The next file number is 2: a directory of that name makes its write
   // fail (whatever the user's permissions).
   ASSERT_EQ(mkdir((dir + "/seg-2.msd").c_str(), 0755), 0);
-  EXPECT_FALSE((*corpus)->Append(Docs("b", 2)).ok());
-  EXPECT_EQ(Contents(*(*corpus)->Snapshot()), before);
+  EXPECT_FALSE(corpus->Append(Docs("b", 2)).ok());
+  EXPECT_EQ(Contents(*corpus->Snapshot()), before);
   ASSERT_EQ(rmdir((dir + "/seg-2.msd").c_str()), 0);
   StoredCorpus contents;
   auto store = CorpusStore::Open(dir, &contents);
@@ -342,10 +348,10 @@ TEST_F(StorageTest, RegistryReloadsCorporaAndServesDamagedOnesAsDataLoss) {
   CorpusRegistry r(backend_.get(), limits_, tmp.path());
   auto report = r.LoadAll();
   ASSERT_THAT(report, IsOk());
-  ASSERT_EQ(report->size(), 2u);  // the dropped corpus stays dropped
-  EXPECT_EQ((*report)[0].first, "broken");
-  EXPECT_THAT((*report)[0].second, StatusIs(absl::StatusCode::kDataLoss));
-  EXPECT_THAT((*report)[1].second, IsOk());
+  ASSERT_EQ(report->corpora.size(), 2u);  // the dropped one stays dropped
+  EXPECT_EQ(report->corpora[0].first, "broken");
+  EXPECT_THAT(report->corpora[0].second, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(report->corpora[1].second, IsOk());
   EXPECT_EQ(Contents(*r.Get("keep").value()->Snapshot()), kept);
   EXPECT_THAT(r.Get("broken"),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
@@ -356,6 +362,69 @@ TEST_F(StorageTest, RegistryReloadsCorporaAndServesDamagedOnesAsDataLoss) {
   EXPECT_FALSE(Exists(tmp.path() + "/corpora/broken"));
   config_.name = "broken";
   EXPECT_THAT(r.Create(config_), IsOk());
+}
+
+TEST_F(StorageTest, AliasesSwitchAtomicallyPersistAndGuardTheirCorpus) {
+  TempDir tmp;
+  std::vector<std::pair<std::string, std::string>> v1_docs, v2_docs;
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    for (const char* name : {"v1", "v2"}) {
+      config_.name = name;
+      auto c = r.Create(config_);
+      ASSERT_THAT(c, IsOk());
+      ASSERT_THAT((*c)->Append(Docs(name, 3)), IsOk());
+    }
+    v1_docs = Contents(*r.Get("v1").value()->Snapshot());
+    v2_docs = Contents(*r.Get("v2").value()->Snapshot());
+    EXPECT_THAT(r.SetAlias("prod", "v1"), IsOk());
+    EXPECT_EQ(r.SetAlias("prod", "v1").value(), "v1");
+    // A request resolves the alias once and keeps that corpus.
+    auto in_flight = r.Get("prod").value()->Snapshot();
+    EXPECT_EQ(r.SetAlias("prod", "v2").value(), "v1");
+    EXPECT_EQ(Contents(*in_flight), v1_docs);
+    EXPECT_EQ(Contents(*r.Get("prod").value()->Snapshot()), v2_docs);
+
+    EXPECT_THAT(r.SetAlias("v1", "v2"),
+                StatusIs(absl::StatusCode::kAlreadyExists,
+                         HasSubstr("is the name of a corpus")));
+    EXPECT_THAT(r.SetAlias("x", "nope"), StatusIs(absl::StatusCode::kNotFound));
+    EXPECT_THAT(r.SetAlias("x", "prod"), StatusIs(absl::StatusCode::kNotFound,
+                                                  HasSubstr("it is an alias")));
+    EXPECT_THAT(r.SetAlias(".x", "v1"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("alias: name must be")));
+    config_.name = "prod";
+    EXPECT_THAT(r.Create(config_), StatusIs(absl::StatusCode::kAlreadyExists));
+    EXPECT_THAT(r.Drop("v2"), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                       HasSubstr("named by alias prod")));
+  }
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    auto report = r.LoadAll();
+    ASSERT_THAT(report, IsOk());
+    EXPECT_THAT(report->aliases, IsOk());
+    EXPECT_EQ(r.Aliases(),
+              (std::map<std::string, std::string>{{"prod", "v2"}}));
+    EXPECT_EQ(Contents(*r.Get("prod").value()->Snapshot()), v2_docs);
+    ASSERT_THAT(r.DeleteAlias("prod"), IsOk());
+    EXPECT_THAT(r.DeleteAlias("prod"), StatusIs(absl::StatusCode::kNotFound));
+    EXPECT_THAT(r.Drop("v2"), IsOk());
+    ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());
+  }
+  // A damaged alias file: the corpora still load, the aliases do not.
+  const std::string path = tmp.path() + "/ALIASES";
+  std::string bytes = ReadWholeFile(path).value();
+  bytes[bytes.size() - 9] ^= 1;
+  ASSERT_THAT(WriteFileDurably(path, bytes), IsOk());
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  auto report = r.LoadAll();
+  ASSERT_THAT(report, IsOk());
+  EXPECT_THAT(report->aliases,
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ALIASES")));
+  EXPECT_TRUE(r.Aliases().empty());
+  EXPECT_EQ(Contents(*r.Get("v1").value()->Snapshot()), v1_docs);
 }
 
 }  // namespace
