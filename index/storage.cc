@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -45,7 +46,7 @@ std::string TagName(uint32_t tag) {
   return s;
 }
 
-uint32_t Crc(uint32_t crc, absl::string_view bytes) {
+uint32_t CrcSerial(uint32_t crc, absl::string_view bytes) {
   // zlib takes at most 4 GiB - 1 bytes per call.
   constexpr size_t kStep = size_t{1} << 30;
   for (size_t at = 0; at < bytes.size(); at += kStep) {
@@ -55,6 +56,36 @@ uint32_t Crc(uint32_t crc, absl::string_view bytes) {
               static_cast<uInt>(n)));
   }
   return crc;
+}
+
+// CRC-32 of `bytes`; large inputs in pieces on several threads, joined with
+// crc32_combine (the CRC of a concatenation from the pieces' CRCs).
+uint32_t Crc(absl::string_view bytes) {
+  constexpr size_t kPiece = size_t{32} << 20;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t pieces = std::min(cores, bytes.size() / kPiece);
+  if (pieces < 2) return CrcSerial(0, bytes);
+  const size_t step = (bytes.size() + pieces - 1) / pieces;
+  std::vector<uint32_t> crcs(pieces);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < pieces; ++i) {
+    threads.emplace_back(
+        [&, i] { crcs[i] = CrcSerial(0, bytes.substr(i * step, step)); });
+  }
+  for (std::thread& t : threads) t.join();
+  uint32_t crc = crcs[0];
+  for (size_t i = 1; i < pieces; ++i) {
+    const size_t len = std::min(step, bytes.size() - i * step);
+    crc = static_cast<uint32_t>(
+        crc32_combine(crc, crcs[i], static_cast<z_off_t>(len)));
+  }
+  return crc;
+}
+
+// The CRC of a + b from their CRCs.
+uint32_t CrcJoin(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+  return static_cast<uint32_t>(
+      crc32_combine(crc_a, crc_b, static_cast<z_off_t>(len_b)));
 }
 
 // ---- encoding
@@ -84,18 +115,28 @@ class FileBuilder {
     Put<uint32_t>(&out_, tag);
     Put<uint64_t>(&out_, payload.size());
     out_.append(payload.data(), payload.size());
-    const uint32_t crc =
-        Crc(0, absl::string_view(out_).substr(start, out_.size() - start));
+    const uint32_t crc = Crc(absl::string_view(out_).substr(start));
     Put<uint32_t>(&out_, crc);
+    // The file CRC so far, from the block's: no second pass over it.
+    const absl::string_view all(out_);
+    file_crc_ = CrcJoin(file_crc_, Crc(all.substr(done_, start - done_)),
+                        start - done_);
+    file_crc_ = CrcJoin(file_crc_, crc, out_.size() - 4 - start);
+    file_crc_ = CrcJoin(file_crc_, Crc(all.substr(out_.size() - 4)), 4);
+    done_ = out_.size();
   }
   std::string Finish() {
     Put<uint32_t>(&out_, kEndTag);
-    Put<uint32_t>(&out_, Crc(0, out_));
+    file_crc_ = CrcJoin(file_crc_, Crc(absl::string_view(out_).substr(done_)),
+                        out_.size() - done_);
+    Put<uint32_t>(&out_, file_crc_);
     return std::move(out_);
   }
 
  private:
   std::string out_;
+  size_t done_ = 0;  // bytes covered by file_crc_
+  uint32_t file_crc_ = 0;
 };
 
 // ---- decoding
@@ -166,6 +207,9 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
   }
   std::vector<absl::string_view> payloads;
   size_t at = kHeader;
+  // The file CRC is built from the pieces' CRCs, so that every byte is
+  // hashed once.
+  uint32_t file_crc = Crc(bytes.substr(0, kHeader));
   for (uint32_t want : tags) {
     if (bytes.size() - at < 12 + 4) {
       return Loss(name,
@@ -186,21 +230,23 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     }
     uint32_t crc;
     std::memcpy(&crc, bytes.data() + at + 12 + len, 4);
-    if (Crc(0, bytes.substr(at, 12 + len)) != crc) {
+    const uint32_t got = Crc(bytes.substr(at, 12 + len));
+    if (got != crc) {
       return Loss(name, absl::StrCat("checksum mismatch in block '",
                                      TagName(tag), "' at offset ", at));
     }
+    file_crc = CrcJoin(file_crc, got, 12 + len);
+    file_crc = CrcJoin(file_crc, Crc(bytes.substr(at + 12 + len, 4)), 4);
     payloads.push_back(bytes.substr(at + 12, len));
     at += 12 + len + 4;
   }
   if (bytes.size() - at < 8) return Loss(name, "truncated before its end");
-  uint32_t end, file_crc;
+  uint32_t end, stored_crc;
   std::memcpy(&end, bytes.data() + at, 4);
-  std::memcpy(&file_crc, bytes.data() + at + 4, 4);
+  std::memcpy(&stored_crc, bytes.data() + at + 4, 4);
   if (end != kEndTag) return Loss(name, "has no end tag after its blocks");
-  if (Crc(0, bytes.substr(0, at + 4)) != file_crc) {
-    return Loss(name, "file checksum mismatch");
-  }
+  file_crc = CrcJoin(file_crc, Crc(bytes.substr(at, 4)), 4);
+  if (file_crc != stored_crc) return Loss(name, "file checksum mismatch");
   if (at + 8 != bytes.size()) {
     return Loss(name, absl::StrCat(bytes.size() - at - 8,
                                    " bytes follow the end of the file"));
@@ -530,10 +576,20 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
     }
     return ErrnoStatus("open", path);
   }
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
+  // One allocation of the file's size, filled by large reads (a file that
+  // grows meanwhile is read to its size at open; one that shrinks ends
+  // early and fails its checks).
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoStatus("stat", path);
+    close(fd);
+    return s;
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t at = 0;
+  while (at < out.size()) {
+    const ssize_t n = read(fd, out.data() + at,
+                           std::min<size_t>(out.size() - at, size_t{1} << 30));
     if (n < 0) {
       if (errno == EINTR) continue;
       absl::Status s = ErrnoStatus("read", path);
@@ -541,9 +597,10 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
       return s;
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    at += static_cast<size_t>(n);
   }
   close(fd);
+  out.resize(at);
   return out;
 }
 

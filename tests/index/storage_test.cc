@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <fstream>
@@ -138,6 +139,44 @@ TEST_F(StorageTest, SegmentFileRoundTrips) {
     EXPECT_EQ(out->cu_seqlens, in.cu_seqlens);
     EXPECT_EQ(out->tokens, in.tokens);
   }
+}
+
+// The file CRC is what FORMAT.md says (zlib's crc32 of every byte before
+// it), also for a file large enough to be hashed in pieces on several
+// threads.
+TEST_F(StorageTest, FileCrcCoversEveryByteBeforeItAtAnySize) {
+  SegmentData big;
+  big.dim = 64;
+  big.dtype = DType::kFloat16;
+  big.ids = {"only"};
+  big.cu_seqlens = {0, 700000};  // 700k x 64 x 2 bytes: ~85 MB
+  big.tokens.resize(size_t{700000} * 64 * 2);
+  for (size_t i = 0; i < big.tokens.size(); ++i) {
+    big.tokens[i] = static_cast<char>((i * 2654435761u) >> 24);
+  }
+  for (const SegmentData* data : {&big}) {
+    const std::string file = EncodeSegmentFile(*data);
+    uint32_t stored;
+    std::memcpy(&stored, file.data() + file.size() - 4, 4);
+    const uint32_t want = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(file.data()),
+              static_cast<uInt>(file.size() - 4)));
+    EXPECT_EQ(stored, want);
+    absl::StatusOr<SegmentData> back = DecodeSegmentFile(file, "big");
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(back->tokens, data->tokens);
+    std::string bad = file;
+    bad[file.size() / 3] ^= 1;  // inside the tokens
+    EXPECT_THAT(DecodeSegmentFile(bad, "big"),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         HasSubstr("checksum mismatch in block 'toks'")));
+  }
+  const std::string small = EncodeSegmentFile(Docs("d", 3));
+  uint32_t stored;
+  std::memcpy(&stored, small.data() + small.size() - 4, 4);
+  EXPECT_EQ(stored, static_cast<uint32_t>(
+                        crc32(0, reinterpret_cast<const Bytef*>(small.data()),
+                              static_cast<uInt>(small.size() - 4))));
 }
 
 TEST_F(StorageTest, TombstoneFileAndManifestRoundTrip) {
