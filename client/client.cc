@@ -11,6 +11,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/half.h"
+#include "kernels/status_macros.h"
 
 namespace maxsimd {
 namespace {
@@ -20,6 +21,21 @@ namespace {
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   if (timeout == absl::InfiniteDuration()) return;
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+// One unary call of `method` on `stub` under the client's deadline.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> CallUnary(
+    Stub* stub,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                 Response*),
+    const Request& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  Response response;
+  const grpc::Status status = (stub->*method)(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
 }
 
 // Appends n fp32 values to `out` as little-endian fp32 or fp16 bytes.
@@ -135,12 +151,8 @@ v1::RerankRequest Client::ToRequest(const Query& query) const {
 
 absl::StatusOr<v1::CorpusInfo> Client::CreateCorpus(
     const v1::CreateCorpusRequest& request) {
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::CorpusInfo info;
-  const grpc::Status status = admin_->CreateCorpus(&context, request, &info);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return info;
+  return CallUnary(admin_.get(), &v1::Admin::Stub::CreateCorpus, request,
+                   options_.timeout);
 }
 
 absl::StatusOr<v1::AddDocumentsResponse> Client::AddDocuments(
@@ -212,31 +224,23 @@ absl::StatusOr<v1::DeleteDocumentsResponse> Client::DeleteDocuments(
   request.set_corpus(corpus);
   for (const std::string& id : ids) request.add_ids(id);
   request.set_ignore_missing(ignore_missing);
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::DeleteDocumentsResponse response;
-  const grpc::Status status =
-      admin_->DeleteDocuments(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response;
+  return CallUnary(admin_.get(), &v1::Admin::Stub::DeleteDocuments, request,
+                   options_.timeout);
 }
 
 absl::Status Client::DropCorpus(const std::string& name) {
   v1::DropCorpusRequest request;
   request.set_name(name);
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::DropCorpusResponse response;
-  return FromGrpcStatus(admin_->DropCorpus(&context, request, &response));
+  return CallUnary(admin_.get(), &v1::Admin::Stub::DropCorpus, request,
+                   options_.timeout)
+      .status();
 }
 
 absl::StatusOr<std::vector<v1::CorpusInfo>> Client::ListCorpora() {
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::ListCorporaResponse response;
-  const grpc::Status status =
-      admin_->ListCorpora(&context, v1::ListCorporaRequest(), &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  MAXSIMD_ASSIGN_OR_RETURN(
+      v1::ListCorporaResponse response,
+      CallUnary(admin_.get(), &v1::Admin::Stub::ListCorpora,
+                v1::ListCorporaRequest(), options_.timeout));
   return std::vector<v1::CorpusInfo>(response.corpora().begin(),
                                      response.corpora().end());
 }
@@ -246,43 +250,55 @@ absl::StatusOr<std::string> Client::SetAlias(const std::string& alias,
   v1::SetAliasRequest request;
   request.set_alias(alias);
   request.set_corpus(corpus);
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::SetAliasResponse response;
-  const grpc::Status status = admin_->SetAlias(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  MAXSIMD_ASSIGN_OR_RETURN(v1::SetAliasResponse response,
+                           CallUnary(admin_.get(), &v1::Admin::Stub::SetAlias,
+                                     request, options_.timeout));
   return response.previous_corpus();
 }
 
 absl::Status Client::DeleteAlias(const std::string& alias) {
   v1::DeleteAliasRequest request;
   request.set_alias(alias);
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::DeleteAliasResponse response;
-  return FromGrpcStatus(admin_->DeleteAlias(&context, request, &response));
+  return CallUnary(admin_.get(), &v1::Admin::Stub::DeleteAlias, request,
+                   options_.timeout)
+      .status();
 }
 
 absl::StatusOr<std::vector<v1::Alias>> Client::ListAliases() {
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::ListAliasesResponse response;
-  const grpc::Status status =
-      admin_->ListAliases(&context, v1::ListAliasesRequest(), &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  MAXSIMD_ASSIGN_OR_RETURN(
+      v1::ListAliasesResponse response,
+      CallUnary(admin_.get(), &v1::Admin::Stub::ListAliases,
+                v1::ListAliasesRequest(), options_.timeout));
   return std::vector<v1::Alias>(response.aliases().begin(),
                                 response.aliases().end());
+}
+
+absl::StatusOr<int64_t> Client::SnapshotCorpus(const std::string& name,
+                                               const std::string& path) {
+  v1::SnapshotCorpusRequest request;
+  request.set_name(name);
+  request.set_path(path);
+  MAXSIMD_ASSIGN_OR_RETURN(
+      v1::SnapshotCorpusResponse response,
+      CallUnary(admin_.get(), &v1::Admin::Stub::SnapshotCorpus, request,
+                options_.timeout));
+  return response.num_documents();
+}
+
+absl::StatusOr<v1::CorpusInfo> Client::LoadCorpus(const std::string& path,
+                                                  const std::string& name) {
+  v1::LoadCorpusRequest request;
+  request.set_path(path);
+  request.set_name(name);
+  return CallUnary(admin_.get(), &v1::Admin::Stub::LoadCorpus, request,
+                   options_.timeout);
 }
 
 absl::StatusOr<v1::CorpusInfo> Client::GetCorpus(const std::string& name) {
   v1::GetCorpusRequest request;
   request.set_name(name);
-  grpc::ClientContext context;
-  SetDeadline(&context, options_.timeout);
-  v1::CorpusInfo info;
-  const grpc::Status status = admin_->GetCorpus(&context, request, &info);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return info;
+  return CallUnary(admin_.get(), &v1::Admin::Stub::GetCorpus, request,
+                   options_.timeout);
 }
 
 absl::StatusOr<v1::RerankResponse> Client::Rerank(const Query& query) {

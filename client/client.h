@@ -84,6 +84,12 @@ class Client {
   absl::Status DeleteAlias(const std::string& alias);
   // alias -> corpus, sorted by alias.
   absl::StatusOr<std::vector<v1::Alias>> ListAliases();
+  // Snapshot to / load from a directory relative to the server's
+  // --snapshot_dir. SnapshotCorpus returns the snapshot's document count.
+  absl::StatusOr<int64_t> SnapshotCorpus(const std::string& name,
+                                         const std::string& path);
+  absl::StatusOr<v1::CorpusInfo> LoadCorpus(const std::string& path,
+                                            const std::string& name = "");
 
   absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
   // The asynchronous form of Rerank, on the gRPC callback API: encodes the

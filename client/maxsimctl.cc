@@ -648,6 +648,40 @@ int RunAliases(const Globals& g, const Flags&) {
   }());
 }
 
+int RunSnapshot(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(
+        int64_t docs, client->SnapshotCorpus(f.Get("name"), f.Get("path")));
+    if (g.json) {
+      std::printf("{\"name\":%s,\"path\":%s,\"num_documents\":%lld}\n",
+                  JsonString(f.Get("name")).c_str(),
+                  JsonString(f.Get("path")).c_str(),
+                  static_cast<long long>(docs));
+    } else {
+      std::printf("snapshot of '%s' (%lld documents) in '%s'\n",
+                  f.Get("name").c_str(), static_cast<long long>(docs),
+                  f.Get("path").c_str());
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunLoad(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::CorpusInfo info,
+                             client->LoadCorpus(f.Get("path"), f.Get("name")));
+    if (g.json) {
+      std::printf("%s\n", CorpusJson(info).c_str());
+    } else {
+      std::printf("loaded corpus '%s': %lld documents\n", info.name().c_str(),
+                  static_cast<long long>(info.num_documents()));
+    }
+    return absl::OkStatus();
+  }());
+}
+
 int RunList(const Globals& g, const Flags&) {
   return Finish([&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
@@ -888,6 +922,19 @@ const std::vector<CommandDef>& Commands() {
        {{"alias", "A", "the alias", nullptr, true}},
        RunUnalias},
       {"aliases", "list aliases", {}, RunAliases},
+      {"snapshot",
+       "write a corpus snapshot under the server's --snapshot_dir",
+       {{"name", "N", "corpus (or alias) to snapshot", nullptr, true},
+        {"path", "DIR", "new directory, relative to --snapshot_dir", nullptr,
+         true}},
+       RunSnapshot},
+      {"load",
+       "load a corpus directory under the server's --snapshot_dir",
+       {{"path", "DIR", "corpus directory, relative to --snapshot_dir", nullptr,
+         true},
+        {"name", "N", "name of the new corpus (default: its manifest's)", "",
+         false}},
+       RunLoad},
       {"get",
        "describe one corpus",
        {{"name", "N", "corpus to describe", nullptr, true}},

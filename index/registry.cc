@@ -161,6 +161,61 @@ absl::Status CorpusRegistry::Drop(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> CorpusRegistry::SnapshotCorpus(const std::string& name,
+                                                       const std::string& dir) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus, Get(name));
+  const std::shared_ptr<const CorpusSnapshot> snapshot = corpus->Snapshot();
+  MAXSIMD_RETURN_IF_ERROR(WriteCorpusDirectory(dir, *snapshot));
+  return snapshot->live_docs();
+}
+
+absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
+    const std::string& dir, const std::string& name) {
+  StoredCorpus contents;
+  MAXSIMD_RETURN_IF_ERROR(CorpusStore::Read(dir, &contents));
+  CorpusConfig& config = contents.manifest.config;
+  if (!name.empty()) config.name = name;
+  MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits_));
+  const std::string target = config.name;
+  absl::MutexLock names(&alias_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(target));
+    busy_.insert(target);
+  }
+  auto load = [&]() -> absl::StatusOr<std::shared_ptr<Corpus>> {
+    std::unique_ptr<CorpusStore> store;
+    if (!data_dir_.empty()) {
+      MAXSIMD_ASSIGN_OR_RETURN(store,
+                               CorpusStore::Create(CorpusDir(target), config));
+      std::vector<StoredSegment> entries = contents.manifest.segments;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        MAXSIMD_ASSIGN_OR_RETURN(entries[i].file,
+                                 store->WriteSegment(contents.segments[i]));
+        entries[i].tombstones.clear();
+        if (!contents.tombstones[i].empty()) {
+          MAXSIMD_ASSIGN_OR_RETURN(
+              entries[i].tombstones,
+              store->WriteTombstones(entries[i].num_docs,
+                                     contents.tombstones[i]));
+        }
+      }
+      MAXSIMD_RETURN_IF_ERROR(store->Commit(std::move(entries)));
+    }
+    return Corpus::Restore(limits_, backend_, std::move(store),
+                           std::move(contents));
+  };
+  absl::StatusOr<std::shared_ptr<Corpus>> corpus = load();
+  if (!corpus.ok() && !data_dir_.empty() &&
+      access(CorpusDir(target).c_str(), F_OK) == 0) {
+    (void)DestroyCorpusDirectory(CorpusDir(target));
+  }
+  absl::MutexLock lock(&mu_);
+  busy_.erase(target);
+  if (corpus.ok()) corpora_.emplace(target, *corpus);
+  return corpus;
+}
+
 absl::Status CorpusRegistry::CommitAliases(
     std::map<std::string, std::string> aliases) {
   if (!data_dir_.empty()) {

@@ -56,6 +56,22 @@ class CorpusRegistry {
   // Every corpus being served, sorted by name.
   std::vector<std::shared_ptr<Corpus>> List() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Writes a snapshot of corpus `name` (or alias) as it is now to `dir`,
+  // a corpus directory in the format of index/FORMAT.md (which must not
+  // exist). Writes that land meanwhile are not in it. Returns the
+  // snapshot's live document count.
+  absl::StatusOr<int64_t> SnapshotCorpus(const std::string& name,
+                                         const std::string& dir)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Loads the corpus directory `dir` (a snapshot, or a corpus directory
+  // copied from another server) as a new corpus `name` ("" = the name in
+  // its manifest); with a data directory it is persisted there first. The
+  // source is only read. Errors: DATA_LOSS naming a damaged or missing
+  // file, ALREADY_EXISTS for a taken name, the backend's upload errors.
+  absl::StatusOr<std::shared_ptr<Corpus>> LoadCorpus(const std::string& dir,
+                                                     const std::string& name)
+      ABSL_LOCKS_EXCLUDED(alias_mu_, mu_);
+
   // Points `alias` at `corpus` (a corpus name, served or failed to load),
   // creating or switching it; returns the corpus it named before ("" if
   // new). Errors: INVALID_ARGUMENT for a bad alias name, NOT_FOUND for an

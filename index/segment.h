@@ -56,6 +56,8 @@ class Segment {
   // Bytes of token storage and offsets held by this segment.
   int64_t bytes() const;
   const std::string& id(int64_t doc) const { return data_.ids[doc]; }
+  // The host arrays (ids, offsets, tokens in the storage dtype).
+  const SegmentData& data() const { return data_; }
   // Row of `id` in this segment, deleted or not.
   std::optional<int64_t> Find(absl::string_view id) const;
   // Starts loading the cache lines a Find(id) will read; no effect on

@@ -639,6 +639,13 @@ absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Create(
 
 absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Open(
     const std::string& dir, StoredCorpus* contents) {
+  MAXSIMD_RETURN_IF_ERROR(Read(dir, contents));
+  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, contents->manifest));
+  store->CollectGarbage();
+  return store;
+}
+
+absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
   const std::string manifest_path = Join(dir, kManifestName);
   MAXSIMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(manifest_path));
   MAXSIMD_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, manifest_path));
@@ -677,10 +684,8 @@ absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Open(
     }
     contents->tombstones.push_back(std::move(bits));
   }
-  contents->manifest = m;
-  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, std::move(m)));
-  store->CollectGarbage();
-  return store;
+  contents->manifest = std::move(m);
+  return absl::OkStatus();
 }
 
 std::string CorpusStore::NewFileName(absl::string_view prefix) {
@@ -722,6 +727,49 @@ void CorpusStore::CollectGarbage() {
   for (const std::string& n : *names) {
     if (keep.count(n) == 0) (void)unlink(Join(dir_, n).c_str());
   }
+}
+
+absl::Status WriteCorpusDirectory(const std::string& dir,
+                                  const CorpusSnapshot& snapshot) {
+  const size_t parent_end = dir.find_last_of('/');
+  if (parent_end != std::string::npos && parent_end > 0) {
+    MAXSIMD_RETURN_IF_ERROR(MakeDirectories(dir.substr(0, parent_end)));
+  }
+  if (mkdir(dir.c_str(), 0755) != 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
+    }
+    return ErrnoStatus("mkdir", dir);
+  }
+  auto write = [&]() -> absl::Status {
+    Manifest m;
+    m.config = snapshot.config();
+    for (size_t i = 0; i < snapshot.segments().size(); ++i) {
+      const Segment& seg = *snapshot.segments()[i];
+      StoredSegment entry;
+      entry.file = absl::StrCat("seg-", m.next_file++, ".msd");
+      entry.base_index = seg.base_index();
+      entry.num_docs = seg.num_docs();
+      entry.shard = seg.shard();
+      MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(Join(dir, entry.file),
+                                               EncodeSegmentFile(seg.data())));
+      if (const TombstoneSet* dead = snapshot.tombstones(i); dead != nullptr) {
+        entry.tombstones = absl::StrCat("tomb-", m.next_file++, ".msd");
+        MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(
+            Join(dir, entry.tombstones),
+            EncodeTombstoneFile(seg.num_docs(), dead->bits())));
+      }
+      m.segments.push_back(std::move(entry));
+    }
+    MAXSIMD_RETURN_IF_ERROR(
+        ReplaceFileDurably(Join(dir, kManifestName), EncodeManifest(m)));
+    const size_t slash = dir.find_last_of('/');
+    return SyncDirectory(slash == std::string::npos ? "."
+                                                    : dir.substr(0, slash));
+  };
+  absl::Status s = write();
+  if (!s.ok()) (void)RemoveTree(dir);  // ours: mkdir above made it
+  return s;
 }
 
 absl::Status DestroyCorpusDirectory(const std::string& dir) {

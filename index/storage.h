@@ -88,6 +88,10 @@ class CorpusStore {
   static absl::StatusOr<std::unique_ptr<CorpusStore>> Open(
       const std::string& dir, StoredCorpus* contents);
 
+  // Open() without the garbage collection: reads a corpus directory that
+  // is not ours (a snapshot to load), changing nothing in it.
+  static absl::Status Read(const std::string& dir, StoredCorpus* contents);
+
   const std::string& dir() const { return dir_; }
   const Manifest& manifest() const { return manifest_; }
 
@@ -112,6 +116,13 @@ class CorpusStore {
   const std::string dir_;
   Manifest manifest_;
 };
+
+// Writes a complete corpus directory at `dir` (which must not exist; its
+// parents are created as needed): one
+// segment file per segment, tombstone files where documents are deleted,
+// and the manifest, every file fsynced. Used for snapshots.
+absl::Status WriteCorpusDirectory(const std::string& dir,
+                                  const CorpusSnapshot& snapshot);
 
 // Removes a corpus directory: renames it to a `.dropped-*` sibling, syncs
 // the parent, then deletes it.

@@ -3,7 +3,9 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_decoder.h"
@@ -305,6 +307,68 @@ grpc::ServerUnaryReactor* AdminService::ListAliases(
     a->set_corpus(corpus);
   }
   FinishUnary(reactor, metrics_, "ListAliases", arrival, absl::OkStatus());
+  return reactor;
+}
+
+absl::StatusOr<std::string> ResolveSnapshotPath(const std::string& root,
+                                                const std::string& path,
+                                                absl::string_view field) {
+  if (root.empty()) {
+    return absl::FailedPreconditionError(
+        "the server has no --snapshot_dir; snapshots and loads are disabled");
+  }
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is \"", path.substr(0, 160), "\"; ", why,
+                     " (a relative path under --snapshot_dir)"));
+  };
+  if (path.empty() || path.size() > 1024) return bad("must be 1 to 1024 bytes");
+  for (char c : path) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '-' && c != '.' && c != '/') {
+      return bad("has a character outside [A-Za-z0-9_.-/]");
+    }
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == "." || part == "..") {
+      return bad("has an empty, '.' or '..' component");
+    }
+  }
+  return absl::StrCat(root, "/", path);
+}
+
+grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
+    grpc::CallbackServerContext* ctx, const v1::SnapshotCorpusRequest* request,
+    v1::SnapshotCorpusResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::StatusOr<int64_t> docs = [&]() -> absl::StatusOr<int64_t> {
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::string dir,
+        ResolveSnapshotPath(limits_.snapshot_dir, request->path(), "path"));
+    return corpora_->SnapshotCorpus(request->name(), dir);
+  }();
+  if (docs.ok()) response->set_num_documents(*docs);
+  FinishUnary(reactor, metrics_, "SnapshotCorpus", arrival, docs.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::LoadCorpus(
+    grpc::CallbackServerContext* ctx, const v1::LoadCorpusRequest* request,
+    v1::CorpusInfo* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<Corpus>> corpus =
+      [&]() -> absl::StatusOr<std::shared_ptr<Corpus>> {
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::string dir,
+        ResolveSnapshotPath(limits_.snapshot_dir, request->path(), "path"));
+    return corpora_->LoadCorpus(dir, request->name());
+  }();
+  if (corpus.ok()) {
+    DescribeCorpus(**corpus, corpora_->backend()->name(), response);
+  }
+  FinishUnary(reactor, metrics_, "LoadCorpus", arrival, corpus.status());
   return reactor;
 }
 

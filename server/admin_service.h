@@ -12,6 +12,7 @@
 #define MAXSIMD_SERVER_ADMIN_SERVICE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "index/registry.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
@@ -23,6 +24,9 @@ struct AdminLimits {
   // Most bytes of converted token storage one AddDocuments stream may
   // accumulate before it commits.
   int64_t max_stream_bytes = int64_t{4} << 30;
+  // Root of the paths SnapshotCorpus and LoadCorpus take; empty: those
+  // calls are refused.
+  std::string snapshot_dir;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
@@ -58,6 +62,13 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ListAliases(
       grpc::CallbackServerContext* ctx, const v1::ListAliasesRequest* request,
       v1::ListAliasesResponse* response) override;
+  grpc::ServerUnaryReactor* SnapshotCorpus(
+      grpc::CallbackServerContext* ctx,
+      const v1::SnapshotCorpusRequest* request,
+      v1::SnapshotCorpusResponse* response) override;
+  grpc::ServerUnaryReactor* LoadCorpus(grpc::CallbackServerContext* ctx,
+                                       const v1::LoadCorpusRequest* request,
+                                       v1::CorpusInfo* response) override;
 
   CorpusRegistry* corpora() const { return corpora_; }
   const AdminLimits& limits() const { return limits_; }
@@ -68,6 +79,13 @@ class AdminService final : public v1::Admin::CallbackService {
   const AdminLimits limits_;
   Metrics* const metrics_;
 };
+
+// The absolute path of a request's `path` under `root`: INVALID_ARGUMENT
+// naming `field` for an empty, absolute or escaping path or a character
+// outside [A-Za-z0-9_.-/]; FAILED_PRECONDITION when `root` is empty.
+absl::StatusOr<std::string> ResolveSnapshotPath(const std::string& root,
+                                                const std::string& path,
+                                                absl::string_view field);
 
 // Describes a corpus as the API reports it.
 void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,

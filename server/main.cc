@@ -78,6 +78,9 @@ ABSL_FLAG(int, executors, 4,
 ABSL_FLAG(std::string, data_dir, "",
           "Directory where corpora persist (created if missing); every corpus "
           "in it is loaded at start. Empty = corpora live in memory only");
+ABSL_FLAG(std::string, snapshot_dir, "",
+          "Root directory of the paths SnapshotCorpus writes and LoadCorpus "
+          "reads; empty = those calls are refused");
 ABSL_FLAG(absl::Duration, executor_spin, absl::ZeroDuration(),
           "How long one idle executor polls for new work before it sleeps: "
           "a query arriving meanwhile starts without a thread wake-up (tens "
@@ -200,6 +203,7 @@ int main(int argc, char** argv) {
   o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
   o.scheduler.idle_spin = absl::GetFlag(FLAGS_executor_spin);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.admin_limits.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
   if (absl::Status s = maxsimd::ValidateSchedulerOptions(o.scheduler);
       !s.ok()) {
     return Fail(std::string(s.message()));

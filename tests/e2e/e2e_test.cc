@@ -253,8 +253,11 @@ TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
     }
     EXPECT_EQ((*server)->TerminateAndWait(), 0);
   }
+  const std::string snaps = (dir_ / "snaps").string();
+  std::filesystem::create_directories(snaps);
   auto server = ::maxsimd::testing::ServerProcess::Start(
-      {absl::StrCat("--data_dir=", data)});
+      {absl::StrCat("--data_dir=", data),
+       absl::StrCat("--snapshot_dir=", snaps)});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = (*server)->NewClient();
   auto aliases = client->ListAliases();
@@ -273,6 +276,21 @@ TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
   ASSERT_TRUE(was.ParseFromString(before));
   was.clear_timing();
   EXPECT_EQ(after.SerializeAsString(), was.SerializeAsString());
+
+  // A snapshot of the corpus, loaded back as another corpus, ranks alike.
+  auto docs_in_snapshot = client->SnapshotCorpus("prod", "nightly/v1");
+  ASSERT_TRUE(docs_in_snapshot.ok()) << docs_in_snapshot.status();
+  EXPECT_EQ(*docs_in_snapshot, 38);
+  auto loaded = client->LoadCorpus("nightly/v1", "v1-copy");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->num_documents(), 38);
+  q.corpus = "v1-copy";
+  auto copy = client->Rerank(q);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  copy->clear_timing();
+  EXPECT_EQ(copy->SerializeAsString(), was.SerializeAsString());
+  EXPECT_EQ(client->LoadCorpus("../escape", "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {

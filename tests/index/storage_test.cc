@@ -466,5 +466,53 @@ TEST_F(StorageTest, AliasesSwitchAtomicallyPersistAndGuardTheirCorpus) {
   EXPECT_EQ(Contents(*r.Get("v1").value()->Snapshot()), v1_docs);
 }
 
+TEST_F(StorageTest, SnapshotAndLoadCopyACorpusAsOfTheSnapshot) {
+  TempDir tmp;
+  const std::string snap = tmp.path() + "/snap";
+  std::vector<std::pair<std::string, std::string>> at_snapshot;
+  {
+    CorpusRegistry r(backend_.get(), limits_);  // in memory
+    auto c = r.Create(config_);
+    ASSERT_THAT(c, IsOk());
+    ASSERT_THAT((*c)->Append(Docs("a", 6)), IsOk());
+    ASSERT_THAT((*c)->Append(Docs("b", 3, 1.f)), IsOk());
+    ASSERT_THAT((*c)->Delete({"a2", "b0"}, false), IsOk());
+    at_snapshot = Contents(*(*c)->Snapshot());
+    EXPECT_EQ(r.SnapshotCorpus("c", snap).value(), 7);
+    ASSERT_THAT((*c)->Append(Docs("late", 2)), IsOk());  // not in the snapshot
+    EXPECT_THAT(r.SnapshotCorpus("c", snap),
+                StatusIs(absl::StatusCode::kAlreadyExists));
+    EXPECT_TRUE(Exists(snap + "/MANIFEST"));  // the existing one untouched
+    // Loaded into memory under another name; the source only read.
+    ASSERT_THAT(WriteFileDurably(snap + "/notes.txt", "mine"), IsOk());
+    auto copy = r.LoadCorpus(snap, "copy");
+    ASSERT_THAT(copy, IsOk());
+    EXPECT_EQ((*copy)->config().name, "copy");
+    EXPECT_EQ(Contents(*(*copy)->Snapshot()), at_snapshot);
+    EXPECT_TRUE(Exists(snap + "/notes.txt"));
+    EXPECT_THAT(r.LoadCorpus(snap, "copy"),
+                StatusIs(absl::StatusCode::kAlreadyExists));
+    EXPECT_THAT(r.LoadCorpus(snap, ""),  // its manifest says "c"
+                StatusIs(absl::StatusCode::kAlreadyExists));
+  }
+  {
+    // Into a data directory: persisted, back after a reload.
+    CorpusRegistry r(backend_.get(), limits_, tmp.path() + "/data");
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    ASSERT_THAT(r.LoadCorpus(snap, ""), IsOk());
+  }
+  CorpusRegistry r(backend_.get(), limits_, tmp.path() + "/data");
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  EXPECT_EQ(Contents(*r.Get("c").value()->Snapshot()), at_snapshot);
+  // A damaged snapshot is refused, naming the file, and leaves nothing.
+  std::string bytes = ReadWholeFile(snap + "/seg-1.msd").value();
+  bytes[bytes.size() / 2] ^= 2;
+  ASSERT_THAT(WriteFileDurably(snap + "/seg-1.msd", bytes), IsOk());
+  EXPECT_THAT(r.LoadCorpus(snap, "broken"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
+  EXPECT_THAT(r.Get("broken"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(Exists(tmp.path() + "/data/corpora/broken"));
+}
+
 }  // namespace
 }  // namespace maxsimd

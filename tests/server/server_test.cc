@@ -19,12 +19,14 @@
 #include "kernels/maxsim_reference.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
+#include "server/admin_service.h"
 #include "tests/support/http.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
 namespace {
 
+using ::maxsimd::testing::StatusIs;
 using ::testing::HasSubstr;
 
 class ServerTest : public ::testing::Test {
@@ -148,6 +150,21 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<v1::Reranker::Stub> reranker_;
   std::unique_ptr<v1::Admin::Stub> admin_;
 };
+
+TEST(SnapshotPathTest, OnlyRelativePathsUnderTheRootAreAccepted) {
+  EXPECT_EQ(ResolveSnapshotPath("/srv/snaps", "v1/2026-11", "path").value(),
+            "/srv/snaps/v1/2026-11");
+  EXPECT_THAT(ResolveSnapshotPath("", "v1", "path"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("--snapshot_dir")));
+  for (const char* bad :
+       {"", "/etc", "../x", "a/../b", "a//b", "a/./b", "a b", "a\\b", "x/"}) {
+    EXPECT_THAT(
+        ResolveSnapshotPath("/srv/snaps", bad, "path"),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("path is")))
+        << bad;
+  }
+}
 
 TEST_F(ServerTest, HealthAnswersPerService) {
   auto health = grpc::health::v1::Health::NewStub(channel_);
