@@ -316,6 +316,109 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
   return corpus;
 }
 
+absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
+  absl::MutexLock write_lock(&write_mu_);
+  const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
+  const auto& segs = base->segments();
+  const size_t n = segs.size();
+  auto live_bytes = [&](size_t i) {
+    const Segment& seg = *segs[i];
+    const TombstoneSet* dead = base->tombstones(i);
+    if (dead == nullptr || seg.num_docs() == 0) return seg.bytes();
+    return seg.bytes() * (seg.num_docs() - dead->count()) / seg.num_docs();
+  };
+  auto dirty = [&](size_t i) {
+    const TombstoneSet* dead = base->tombstones(i);
+    return dead != nullptr && segs[i]->num_docs() > 0 &&
+           static_cast<double>(dead->count()) >=
+               options.tombstone_ratio * segs[i]->num_docs();
+  };
+  // Runs [begin, end) to rewrite: greedy over adjacent segments.
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    int64_t bytes = live_bytes(i);
+    if (segs[i]->bytes() < options.seal_bytes) {
+      while (j < n && segs[j]->shard() == segs[i]->shard() &&
+             segs[j]->bytes() < options.seal_bytes &&
+             bytes + live_bytes(j) <= options.seal_bytes) {
+        bytes += live_bytes(j);
+        ++j;
+      }
+    }
+    if (j - i >= 2 || dirty(i)) runs.emplace_back(i, j);
+    i = j;
+  }
+  if (runs.empty()) return 0;
+
+  std::vector<std::shared_ptr<const Segment>> out_segs;
+  std::vector<std::shared_ptr<const TombstoneSet>> out_dead;
+  std::vector<StoredSegment> stored;
+  const std::vector<StoredSegment> old_stored =
+      store_ != nullptr ? store_->manifest().segments
+                        : std::vector<StoredSegment>();
+  auto fail = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) {
+    if (store_ != nullptr) store_->CollectGarbage();
+    return s;
+  };
+  int rewritten = 0;
+  size_t next_run = 0;
+  for (size_t i = 0; i < n;) {
+    if (next_run == runs.size() || runs[next_run].first != i) {
+      out_segs.push_back(segs[i]);
+      out_dead.push_back(base->tombstone_sets()[i]);
+      if (store_ != nullptr) stored.push_back(old_stored[i]);
+      ++i;
+      continue;
+    }
+    const auto [begin, end] = runs[next_run++];
+    // The run's live documents, in order, as one segment.
+    SegmentData merged;
+    merged.dim = config_.dim;
+    merged.dtype = config_.storage_dtype;
+    merged.cu_seqlens.assign(1, 0);
+    const size_t row =
+        static_cast<size_t>(config_.dim) * DTypeSize(merged.dtype);
+    for (size_t k = begin; k < end; ++k) {
+      const SegmentData& d = segs[k]->data();
+      const TombstoneSet* dead = base->tombstones(k);
+      for (int64_t doc = 0; doc < segs[k]->num_docs(); ++doc) {
+        if (dead != nullptr && dead->Contains(doc)) continue;
+        merged.ids.push_back(d.ids[doc]);
+        merged.tokens.insert(merged.tokens.end(),
+                             d.tokens.begin() + d.cu_seqlens[doc] * row,
+                             d.tokens.begin() + d.cu_seqlens[doc + 1] * row);
+        merged.cu_seqlens.push_back(merged.cu_seqlens.back() +
+                                    d.cu_seqlens[doc + 1] - d.cu_seqlens[doc]);
+      }
+    }
+    rewritten += static_cast<int>(end - begin);
+    i = end;
+    if (merged.ids.empty()) continue;  // everything in the run was deleted
+    const int64_t first = segs[begin]->base_index();
+    const int shard = segs[begin]->shard();
+    const int64_t docs = static_cast<int64_t>(merged.ids.size());
+    if (store_ != nullptr) {
+      absl::StatusOr<std::string> file = store_->WriteSegment(merged);
+      if (!file.ok()) return fail(file.status());
+      stored.push_back({*file, "", first, docs, shard});
+    }
+    absl::StatusOr<std::shared_ptr<const Segment>> segment =
+        Segment::Create(std::move(merged), first, backend_, shard);
+    if (!segment.ok()) return fail(segment.status());
+    out_segs.push_back(*std::move(segment));
+    out_dead.push_back(nullptr);
+  }
+  if (store_ != nullptr) {
+    absl::Status committed = store_->Commit(std::move(stored));
+    store_->CollectGarbage();  // the replaced files, or the unused new one
+    MAXSIMD_RETURN_IF_ERROR(committed);
+  }
+  Publish(std::make_shared<CorpusSnapshot>(config_, std::move(out_segs),
+                                           std::move(out_dead)));
+  return rewritten;
+}
+
 absl::Status Corpus::DestroyStorage() {
   absl::MutexLock write_lock(&write_mu_);
   if (store_ == nullptr) return absl::OkStatus();

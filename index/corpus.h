@@ -135,6 +135,17 @@ class DocumentBuilder {
 class CorpusStore;
 struct StoredCorpus;
 
+// When Corpus::Compact rewrites segments.
+struct CompactionOptions {
+  // Adjacent segments of one shard are merged while the merged segment's
+  // token bytes stay within this; a segment this large is sealed (never
+  // merged further unless for its tombstones).
+  int64_t seal_bytes = int64_t{64} << 20;
+  // A segment with at least this fraction of its documents deleted is
+  // rewritten without them.
+  double tombstone_ratio = 0.25;
+};
+
 struct DeleteResult {
   int64_t deleted = 0;
   int64_t missing = 0;
@@ -176,6 +187,16 @@ class Corpus {
   // is NOT_FOUND (nothing deleted) unless ignore_missing.
   absl::StatusOr<DeleteResult> Delete(const std::vector<std::string>& ids,
                                       bool ignore_missing)
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+
+  // Merges runs of small adjacent segments (same shard) into segments of up
+  // to options.seal_bytes, and rewrites segments whose deleted fraction
+  // reaches options.tombstone_ratio, dropping deleted documents; the new
+  // state is committed (with a store) and published like any write.
+  // Readers keep the snapshot they hold. Returns the number of segments
+  // rewritten (0: nothing to do). Internal indices of live documents may
+  // change; ids and scores do not.
+  absl::StatusOr<int> Compact(const CompactionOptions& options)
       ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
 
   // Deletes the corpus's directory, if it has a store (for a drop). The

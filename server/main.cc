@@ -78,6 +78,15 @@ ABSL_FLAG(int, executors, 4,
 ABSL_FLAG(std::string, data_dir, "",
           "Directory where corpora persist (created if missing); every corpus "
           "in it is loaded at start. Empty = corpora live in memory only");
+ABSL_FLAG(absl::Duration, compaction_interval, absl::Seconds(10),
+          "How often every corpus is compacted: runs of small segments are "
+          "merged and segments with many deletes rewritten; 0 = never");
+ABSL_FLAG(int64_t, segment_seal_bytes, int64_t{64} << 20,
+          "Compaction merges adjacent small segments up to this many token "
+          "bytes; a segment this large is sealed");
+ABSL_FLAG(double, compact_tombstone_ratio, 0.25,
+          "Compaction rewrites a segment once this fraction of its documents "
+          "is deleted");
 ABSL_FLAG(std::string, snapshot_dir, "",
           "Root directory of the paths SnapshotCorpus writes and LoadCorpus "
           "reads; empty = those calls are refused");
@@ -204,6 +213,16 @@ int main(int argc, char** argv) {
   o.scheduler.idle_spin = absl::GetFlag(FLAGS_executor_spin);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.admin_limits.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
+  o.compaction_interval = absl::GetFlag(FLAGS_compaction_interval);
+  o.compaction.seal_bytes = absl::GetFlag(FLAGS_segment_seal_bytes);
+  o.compaction.tombstone_ratio = absl::GetFlag(FLAGS_compact_tombstone_ratio);
+  if (o.compaction_interval < absl::ZeroDuration() ||
+      o.compaction.seal_bytes < 1 || !(o.compaction.tombstone_ratio > 0) ||
+      o.compaction.tombstone_ratio > 1) {
+    return Fail(
+        "--compaction_interval must not be negative, --segment_seal_bytes "
+        "must be at least 1 and --compact_tombstone_ratio in (0, 1]");
+  }
   if (absl::Status s = maxsimd::ValidateSchedulerOptions(o.scheduler);
       !s.ok()) {
     return Fail(std::string(s.message()));

@@ -362,6 +362,24 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
       }
     }
   });
+  if (options.compaction_interval > absl::ZeroDuration()) {
+    s->compaction_thread_ = std::thread([server] {
+      while (!server->stop_.WaitForNotificationWithTimeout(
+          server->options_.compaction_interval)) {
+        for (const std::shared_ptr<Corpus>& corpus : server->corpora_->List()) {
+          absl::StatusOr<int> rewritten =
+              corpus->Compact(server->options_.compaction);
+          if (!rewritten.ok()) {
+            spdlog::warn("compaction of corpus \"{}\" failed: {}",
+                         corpus->config().name, rewritten.status().ToString());
+          } else if (*rewritten > 0) {
+            spdlog::info("compacted corpus \"{}\": {} segments rewritten",
+                         corpus->config().name, *rewritten);
+          }
+        }
+      }
+    });
+  }
   spdlog::info("serving on port {}, metrics on port {}", s->port_,
                s->metrics_port_);
   return s;
@@ -383,6 +401,7 @@ void MaxsimServer::Shutdown() {
                absl::FormatDuration(options_.drain_timeout));
   stop_.Notify();
   if (health_thread_.joinable()) health_thread_.join();
+  if (compaction_thread_.joinable()) compaction_thread_.join();
   SetServing(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();

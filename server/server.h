@@ -82,6 +82,9 @@ struct ServerOptions {
   // How often a sticky backend failure is looked for (health turns
   // NOT_SERVING).
   absl::Duration health_poll_interval = absl::Milliseconds(200);
+  // How often every corpus is compacted (Corpus::Compact); 0: never.
+  absl::Duration compaction_interval = absl::Seconds(10);
+  CompactionOptions compaction;
   RequestLimits request_limits;
   CorpusLimits corpus_limits;
   AdminLimits admin_limits;
@@ -139,6 +142,7 @@ class MaxsimServer {
   // Watches backend health until Shutdown(); stops when `stop_` is notified.
   absl::Notification stop_;
   std::thread health_thread_;
+  std::thread compaction_thread_;  // also stops on `stop_`
 };
 
 // Creates the backend the options ask for; kAuto takes the GPU when one is

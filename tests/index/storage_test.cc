@@ -10,10 +10,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -512,6 +514,165 @@ TEST_F(StorageTest, SnapshotAndLoadCopyACorpusAsOfTheSnapshot) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
   EXPECT_THAT(r.Get("broken"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_FALSE(Exists(tmp.path() + "/data/corpora/broken"));
+}
+
+// Top-10 scan of a fixed query on a snapshot, through the CPU backend.
+std::vector<std::pair<std::string, float>> Ranking(const CorpusSnapshot& snap,
+                                                   Backend* backend) {
+  std::vector<float> q(2 * 4);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * (i % 3) - 0.2f;
+  SearchBatch search;
+  search.dim = 4;
+  search.refs = snap.SegmentRefs();
+  search.AddQuery(q, 10);
+  std::vector<std::vector<ScoredDoc>> results(1);
+  EXPECT_THAT(
+      backend->Search(search.Params(), absl::MakeSpan(results), nullptr),
+      IsOk());
+  std::vector<std::pair<std::string, float>> out;
+  for (const ScoredDoc& d : results[0]) {
+    out.emplace_back(snap.IdOf(d.index), d.score);
+  }
+  return out;
+}
+
+TEST_F(StorageTest, CompactionMergesSmallSegmentsAndDropsDeletedDocuments) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/c";
+  auto corpus = Corpus::Create(config_, limits_, backend_.get(),
+                               CorpusStore::Create(dir, config_).value());
+  ASSERT_THAT(corpus, IsOk());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_THAT((*corpus)->Append(Docs(absl::StrCat("s", i, "-"), 4, i)),
+                IsOk());
+  }
+  ASSERT_THAT((*corpus)->Delete({"s1-0", "s1-2", "s5-3"}, false), IsOk());
+  auto before = (*corpus)->Snapshot();
+  ASSERT_EQ(before->segments().size(), 8u);
+  const auto contents = Contents(*before);
+  const auto ranking = Ranking(*before, backend_.get());
+
+  CompactionOptions o;
+  o.seal_bytes = 1 << 20;
+  auto rewritten = (*corpus)->Compact(o);
+  ASSERT_THAT(rewritten, IsOk());
+  EXPECT_EQ(*rewritten, 8);
+  auto after = (*corpus)->Snapshot();
+  ASSERT_EQ(after->segments().size(), 1u);
+  EXPECT_EQ(after->deleted_docs(), 0);
+  EXPECT_EQ(Contents(*after), contents);
+  EXPECT_EQ(Ranking(*after, backend_.get()), ranking);
+  EXPECT_FALSE(after->Find("s1-0").has_value());
+  EXPECT_TRUE(after->Find("s7-3").has_value());
+  // A reader's snapshot is untouched, and nothing more to do.
+  EXPECT_EQ(before->segments().size(), 8u);
+  EXPECT_EQ(Contents(*before), contents);
+  EXPECT_EQ((*corpus)->Compact(o).value(), 0);
+
+  // The sealed segment is rewritten again only for its tombstones.
+  o.seal_bytes = 1;  // everything is "large" now
+  ASSERT_THAT((*corpus)->Delete({"s0-0"}, false), IsOk());
+  EXPECT_EQ((*corpus)->Compact(o).value(), 0);  // 1 of 29 < 25%
+  o.tombstone_ratio = 0.01;
+  EXPECT_EQ((*corpus)->Compact(o).value(), 1);
+  EXPECT_EQ((*corpus)->Snapshot()->deleted_docs(), 0);
+
+  // On disk: the reopened corpus is the compacted one, old files gone.
+  const auto final_contents = Contents(*(*corpus)->Snapshot());
+  corpus->reset();
+  StoredCorpus stored;
+  auto store = CorpusStore::Open(dir, &stored);
+  ASSERT_THAT(store, IsOk());
+  ASSERT_EQ(stored.manifest.segments.size(), 1u);
+  EXPECT_FALSE(Exists(dir + "/seg-1.msd"));
+  auto reopened = Corpus::Restore(limits_, backend_.get(), *std::move(store),
+                                  std::move(stored));
+  ASSERT_THAT(reopened, IsOk());
+  EXPECT_EQ(Contents(*(*reopened)->Snapshot()), final_contents);
+}
+
+// Readers never see a half-applied write: while one thread appends batches
+// of kBatch documents and deletes whole batches, another compacts, and a
+// third switches an alias between two such corpora, every snapshot a
+// reader takes holds each batch whole or not at all, its id index agrees
+// with its contents, and a scan ranks only its live documents.
+TEST_F(StorageTest,
+       QueriesSeeConsistentSnapshotsDuringWritesCompactionAndAliasSwaps) {
+  TempDir tmp;
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  constexpr int kBatch = 4;
+  for (const char* name : {"c1", "c2"}) {
+    config_.name = name;
+    ASSERT_THAT(r.Create(config_), IsOk());
+  }
+  ASSERT_THAT(r.SetAlias("cur", "c1"), IsOk());
+  std::atomic<bool> stop{false};
+  std::atomic<int> checked{0};
+  std::vector<std::thread> threads;
+  for (const char* name : {"c1", "c2"}) {
+    threads.emplace_back([&, name] {
+      std::shared_ptr<Corpus> c = r.Get(name).value();
+      for (int b = 0; b < 120; ++b) {
+        const std::string prefix = absl::StrCat(name, "w", b, "-");
+        EXPECT_THAT(c->Append(Docs(prefix, kBatch, b)), IsOk());
+        if (b % 3 == 1) {  // delete an earlier batch, whole
+          std::vector<std::string> ids;
+          for (int j = 0; j < kBatch; ++j) {
+            ids.push_back(absl::StrCat(name, "w", b - 1, "-", j));
+          }
+          EXPECT_THAT(c->Delete(ids, false), IsOk());
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {  // compactor
+    CompactionOptions o;
+    o.seal_bytes = 4096;
+    o.tombstone_ratio = 0.2;
+    while (!stop) {
+      for (const char* name : {"c1", "c2"}) {
+        EXPECT_THAT(r.Get(name).value()->Compact(o), IsOk());
+      }
+    }
+  });
+  threads.emplace_back([&] {  // alias swaps
+    for (int i = 0; !stop; ++i) {
+      EXPECT_THAT(r.SetAlias("cur", i % 2 == 0 ? "c2" : "c1"), IsOk());
+    }
+  });
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {  // readers
+      while (!stop) {
+        auto snap = r.Get("cur").value()->Snapshot();
+        std::map<std::string, int> per_batch;
+        for (const auto& [id, tokens] : Contents(*snap)) {
+          per_batch[id.substr(0, id.find('-'))] += 1;
+          EXPECT_TRUE(snap->Find(id).has_value()) << id;
+        }
+        for (const auto& [batch, n] : per_batch) {
+          EXPECT_EQ(n, kBatch) << batch << " is half there";
+        }
+        for (const auto& [id, score] : Ranking(*snap, backend_.get())) {
+          EXPECT_EQ(per_batch.count(id.substr(0, id.find('-'))), 1u) << id;
+        }
+        ++checked;
+      }
+    });
+  }
+  threads[0].join();
+  threads[1].join();
+  stop = true;
+  for (size_t i = 2; i < threads.size(); ++i) threads[i].join();
+  EXPECT_GT(checked.load(), 0);
+  // The end state: 120 batches each, 40 of them deleted, all on disk too.
+  for (const char* name : {"c1", "c2"}) {
+    EXPECT_EQ(r.Get(name).value()->Snapshot()->live_docs(), 80 * kBatch);
+  }
+  CorpusRegistry reloaded(backend_.get(), limits_, tmp.path());
+  ASSERT_THAT(reloaded.LoadAll(), IsOk());
+  EXPECT_EQ(Contents(*reloaded.Get("c1").value()->Snapshot()),
+            Contents(*r.Get("c1").value()->Snapshot()));
 }
 
 }  // namespace
