@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "index/npy.h"
+#include "index/safetensors.h"
 #include "index/synthetic.h"
 #include "kernels/status_macros.h"
 #include "kernels/types.h"
@@ -418,35 +419,51 @@ int RunAdd(const Globals& g, const Flags& f) {
                       kExitUsage);
   }
   return Finish([&]() -> absl::Status {
+    DocumentBatch batch;
+    bool float16 = false;
+    const std::string st_path = f.Get("safetensors");
     const std::string tokens_path = f.Get("tokens");
     const std::string cu_path = f.Get("cu-seqlens");
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(tokens_path));
-    if (tokens.shape.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", tokens_path, "' must be a 2-D [tokens, dim] array, got ",
-          tokens.shape.size(), " dimensions"));
+    if (st_path.empty() == (tokens_path.empty() || cu_path.empty())) {
+      return UsageError(
+          "give either --safetensors, or both --tokens and --cu-seqlens");
     }
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu_array, ReadNpy(cu_path));
-    DocumentBatch batch;
-    batch.dim = static_cast<int32_t>(std::min<int64_t>(
-        tokens.shape[1], std::numeric_limits<int32_t>::max()));
-    MAXSIMD_ASSIGN_OR_RETURN(batch.cu_seqlens, NpyToInt64(cu_array, cu_path));
+    if (!st_path.empty()) {
+      MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(st_path));
+      MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments docs,
+                               DocumentsFromSafetensors(file, st_path));
+      batch.dim = docs.dim;
+      batch.tokens = std::move(docs.tokens);
+      batch.cu_seqlens = std::move(docs.cu_seqlens);
+      float16 = docs.float16;
+    } else {
+      MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(tokens_path));
+      if (tokens.shape.size() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", tokens_path, "' must be a 2-D [tokens, dim] array, got ",
+            tokens.shape.size(), " dimensions"));
+      }
+      MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu_array, ReadNpy(cu_path));
+      batch.dim = static_cast<int32_t>(std::min<int64_t>(
+          tokens.shape[1], std::numeric_limits<int32_t>::max()));
+      MAXSIMD_ASSIGN_OR_RETURN(batch.cu_seqlens, NpyToInt64(cu_array, cu_path));
+      if (batch.cu_seqlens.empty() ||
+          batch.cu_seqlens.back() != tokens.shape[0]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", cu_path, "' does not end at the ", tokens.shape[0],
+            " token rows of '", tokens_path, "'"));
+      }
+      MAXSIMD_ASSIGN_OR_RETURN(batch.tokens, NpyToFloat32(tokens, tokens_path));
+      // fp16 input goes out as fp16: exact, and half the bytes.
+      float16 = tokens.descr == "<f2";
+    }
     MAXSIMD_ASSIGN_OR_RETURN(batch.ids, ReadLines(f.Get("ids")));
     if (batch.cu_seqlens.size() != batch.ids.size() + 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("'", cu_path, "' has ", batch.cu_seqlens.size(),
-                       " offsets but '", f.Get("ids"), "' has ",
+          absl::StrCat("the offsets have ", batch.cu_seqlens.size(),
+                       " entries but '", f.Get("ids"), "' has ",
                        batch.ids.size(), " ids; expected ids + 1 offsets"));
     }
-    if (batch.cu_seqlens.back() != tokens.shape[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", cu_path, "' ends at ", batch.cu_seqlens.back(), " but '",
-          tokens_path, "' has ", tokens.shape[0], " token rows"));
-    }
-    MAXSIMD_ASSIGN_OR_RETURN(batch.tokens, NpyToFloat32(tokens, tokens_path));
-    // fp16 input goes out as fp16: exact, and half the bytes.
-    const bool float16 = tokens.descr == "<f2";
-    tokens = NpyArray();  // the fp32 copy in `batch` is all that is needed
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                              Connect(g, float16));
     const auto start = std::chrono::steady_clock::now();
@@ -879,12 +896,17 @@ const std::vector<CommandDef>& Commands() {
         {"placement", "auto|gpu|host", "where the tokens live", "auto", false}},
        RunCreate},
       {"add",
-       "add documents from .npy files (one atomic, chunked stream)",
+       "add documents from .npy or safetensors files (one atomic, chunked "
+       "stream)",
        {{"corpus", "N", "target corpus", nullptr, true},
-        {"tokens", "tokens.npy", "float32 or float16 [T, dim] token rows",
-         nullptr, true},
-        {"cu-seqlens", "cu.npy", "int64 [N+1] document offsets into tokens",
-         nullptr, true},
+        {"tokens", "tokens.npy", "float32 or float16 [T, dim] token rows", "",
+         false},
+        {"cu-seqlens", "cu.npy", "int64 [N+1] document offsets into tokens", "",
+         false},
+        {"safetensors", "docs.safetensors",
+         "instead of --tokens/--cu-seqlens: tensors \"tokens\" [T, dim] "
+         "(F32/F16/BF16) and \"cu_seqlens\" [N+1] (I64/I32)",
+         "", false},
         {"ids", "ids.txt", "document ids, one per line (N lines)", nullptr,
          true},
         {"chunk-mb", "MB", "token bytes per stream message", "8", false}},

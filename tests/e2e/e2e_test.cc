@@ -22,7 +22,9 @@
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "index/npy.h"
+#include "index/safetensors.h"
 #include "kernels/element.h"
+#include "kernels/half.h"
 #include "kernels/maxsim_reference.h"
 #include "tests/e2e/e2e_support.h"
 #include "tests/support/http.h"
@@ -201,6 +203,69 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   EXPECT_NE(text->find("maxsimd_corpus_documents{corpus=\"e2e\"} 398"),
             std::string::npos);
   EXPECT_EQ(server_->TerminateAndWait(), 0);
+}
+
+// The same documents imported from a safetensors file (tokens as F16,
+// offsets as I32) rank exactly like the .npy import of the cycle above.
+TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
+  const std::string d = dir_.string();
+  auto [rc, out] = RunCommand(Ctl(
+      absl::StrCat("generate --out ", d,
+                   " --docs 200 --dim 32 --min-tokens 2 "
+                   "--max-tokens 20 --queries 1 --query-tokens 8 --seed 3")));
+  ASSERT_EQ(rc, 0) << out;
+  NpyArray tokens = ReadNpy(dir_ / "tokens.npy").value();
+  std::vector<int64_t> cu =
+      NpyToInt64(ReadNpy(dir_ / "cu_seqlens.npy").value(), "cu").value();
+  std::vector<float> values = NpyToFloat32(tokens, "tokens").value();
+  SafetensorsFile st;
+  SafetensorsTensor t;
+  t.dtype = "F16";
+  t.shape = tokens.shape;
+  for (float v : values) {
+    const uint16_t h = FloatToHalf(v);
+    t.data.append(reinterpret_cast<const char*>(&h), 2);
+  }
+  st.tensors["tokens"] = t;
+  SafetensorsTensor c;
+  c.dtype = "I32";
+  c.shape = {static_cast<int64_t>(cu.size())};
+  for (int64_t v : cu) {
+    const int32_t i = static_cast<int32_t>(v);
+    c.data.append(reinterpret_cast<const char*>(&i), 4);
+  }
+  st.tensors["cu_seqlens"] = c;
+  std::ofstream(dir_ / "docs.safetensors", std::ios::binary)
+      << SerializeSafetensors(st);
+
+  for (const char* name : {"npy", "st"}) {
+    ASSERT_EQ(RunCommand(Ctl(absl::StrCat("create --name ", name, " --dim 32")))
+                  .first,
+              0);
+  }
+  // The .npy import of the same values, rounded to fp16 like the other.
+  std::tie(rc, out) = RunCommand(Ctl(
+      absl::StrCat("add --corpus npy --tokens ", d, "/tokens.npy --cu-seqlens ",
+                   d, "/cu_seqlens.npy --ids ", d, "/ids.txt")));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) =
+      RunCommand(Ctl(absl::StrCat("add --corpus st --safetensors ", d,
+                                  "/docs.safetensors --ids ", d, "/ids.txt")));
+  ASSERT_EQ(rc, 0) << out;
+  std::string results[2];
+  for (int i = 0; i < 2; ++i) {
+    std::tie(rc, results[i]) = RunCommand(
+        Ctl(absl::StrCat("--json query --corpus ", i == 0 ? "npy" : "st",
+                         " --query ", d, "/query_0.npy --top-k 20")));
+    ASSERT_EQ(rc, 0) << results[i];
+  }
+  EXPECT_EQ(ParseResults(results[0]), ParseResults(results[1]));
+  EXPECT_EQ(ParseResults(results[1]).size(), 20u);
+  // Both inputs, or neither, is a usage error.
+  std::tie(rc, out) = RunCommand(
+      Ctl(absl::StrCat("add --corpus st --ids ", d, "/ids.txt 2>&1")));
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--safetensors"), std::string::npos) << out;
 }
 
 TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
