@@ -294,6 +294,12 @@ absl::StatusOr<v1::CorpusInfo> Client::LoadCorpus(const std::string& path,
                    options_.timeout);
 }
 
+absl::StatusOr<v1::AddDocumentsResponse> Client::ImportDocuments(
+    const v1::ImportDocumentsRequest& request) {
+  return CallUnary(admin_.get(), &v1::Admin::Stub::ImportDocuments, request,
+                   options_.timeout);
+}
+
 absl::StatusOr<v1::CorpusInfo> Client::GetCorpus(const std::string& name) {
   v1::GetCorpusRequest request;
   request.set_name(name);

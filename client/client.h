@@ -85,11 +85,14 @@ class Client {
   // alias -> corpus, sorted by alias.
   absl::StatusOr<std::vector<v1::Alias>> ListAliases();
   // Snapshot to / load from a directory relative to the server's
-  // --snapshot_dir. SnapshotCorpus returns the snapshot's document count.
+  // --files_dir. SnapshotCorpus returns the snapshot's document count.
   absl::StatusOr<int64_t> SnapshotCorpus(const std::string& name,
                                          const std::string& path);
   absl::StatusOr<v1::CorpusInfo> LoadCorpus(const std::string& path,
                                             const std::string& name = "");
+  // Documents the server reads from files under its --files_dir.
+  absl::StatusOr<v1::AddDocumentsResponse> ImportDocuments(
+      const v1::ImportDocumentsRequest& request);
 
   absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
   // The asynchronous form of Rerank, on the gRPC callback API: encodes the

@@ -34,8 +34,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "index/importers.h"
 #include "index/npy.h"
-#include "index/safetensors.h"
 #include "index/synthetic.h"
 #include "kernels/status_macros.h"
 #include "kernels/types.h"
@@ -143,23 +143,6 @@ std::vector<std::string> SplitList(absl::string_view list) {
 }
 
 // One id per line; '\r' line endings and blank lines are ignored.
-absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open '", path, "'"));
-  }
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    absl::string_view trimmed = absl::StripAsciiWhitespace(line);
-    if (!trimmed.empty()) lines.emplace_back(trimmed);
-  }
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
-  }
-  return lines;
-}
-
 absl::Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -419,51 +402,26 @@ int RunAdd(const Globals& g, const Flags& f) {
                       kExitUsage);
   }
   return Finish([&]() -> absl::Status {
-    DocumentBatch batch;
-    bool float16 = false;
-    const std::string st_path = f.Get("safetensors");
-    const std::string tokens_path = f.Get("tokens");
-    const std::string cu_path = f.Get("cu-seqlens");
-    if (st_path.empty() == (tokens_path.empty() || cu_path.empty())) {
+    DocumentFiles files;
+    files.tokens_npy = f.Get("tokens");
+    files.cu_seqlens_npy = f.Get("cu-seqlens");
+    files.safetensors = f.Get("safetensors");
+    files.ids = f.Get("ids");
+    absl::StatusOr<ImportedDocuments> docs = ReadDocumentFiles(files);
+    if (!docs.ok() &&
+        files.safetensors.empty() ==
+            (files.tokens_npy.empty() || files.cu_seqlens_npy.empty())) {
       return UsageError(
           "give either --safetensors, or both --tokens and --cu-seqlens");
     }
-    if (!st_path.empty()) {
-      MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(st_path));
-      MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments docs,
-                               DocumentsFromSafetensors(file, st_path));
-      batch.dim = docs.dim;
-      batch.tokens = std::move(docs.tokens);
-      batch.cu_seqlens = std::move(docs.cu_seqlens);
-      float16 = docs.float16;
-    } else {
-      MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(tokens_path));
-      if (tokens.shape.size() != 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", tokens_path, "' must be a 2-D [tokens, dim] array, got ",
-            tokens.shape.size(), " dimensions"));
-      }
-      MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu_array, ReadNpy(cu_path));
-      batch.dim = static_cast<int32_t>(std::min<int64_t>(
-          tokens.shape[1], std::numeric_limits<int32_t>::max()));
-      MAXSIMD_ASSIGN_OR_RETURN(batch.cu_seqlens, NpyToInt64(cu_array, cu_path));
-      if (batch.cu_seqlens.empty() ||
-          batch.cu_seqlens.back() != tokens.shape[0]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", cu_path, "' does not end at the ", tokens.shape[0],
-            " token rows of '", tokens_path, "'"));
-      }
-      MAXSIMD_ASSIGN_OR_RETURN(batch.tokens, NpyToFloat32(tokens, tokens_path));
-      // fp16 input goes out as fp16: exact, and half the bytes.
-      float16 = tokens.descr == "<f2";
-    }
-    MAXSIMD_ASSIGN_OR_RETURN(batch.ids, ReadLines(f.Get("ids")));
-    if (batch.cu_seqlens.size() != batch.ids.size() + 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the offsets have ", batch.cu_seqlens.size(),
-                       " entries but '", f.Get("ids"), "' has ",
-                       batch.ids.size(), " ids; expected ids + 1 offsets"));
-    }
+    MAXSIMD_RETURN_IF_ERROR(docs.status());
+    DocumentBatch batch;
+    batch.dim = docs->dim;
+    batch.tokens = std::move(docs->tokens);
+    batch.cu_seqlens = std::move(docs->cu_seqlens);
+    batch.ids = std::move(docs->ids);
+    // fp16 input goes out as fp16: exact, and half the bytes.
+    const bool float16 = docs->float16;
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                              Connect(g, float16));
     const auto start = std::chrono::steady_clock::now();
@@ -694,6 +652,31 @@ int RunLoad(const Globals& g, const Flags& f) {
     } else {
       std::printf("loaded corpus '%s': %lld documents\n", info.name().c_str(),
                   static_cast<long long>(info.num_documents()));
+    }
+    return absl::OkStatus();
+  }());
+}
+
+int RunImport(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+    v1::ImportDocumentsRequest request;
+    request.set_corpus(f.Get("corpus"));
+    request.set_tokens_npy(f.Get("tokens"));
+    request.set_cu_seqlens_npy(f.Get("cu-seqlens"));
+    request.set_safetensors(f.Get("safetensors"));
+    request.set_ids(f.Get("ids"));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::AddDocumentsResponse response,
+                             client->ImportDocuments(request));
+    if (g.json) {
+      std::printf("{\"added\":%lld,\"corpus\":%s}\n",
+                  static_cast<long long>(response.added()),
+                  CorpusJson(response.corpus()).c_str());
+    } else {
+      std::printf("imported %lld documents into '%s'; it now holds %lld\n",
+                  static_cast<long long>(response.added()),
+                  f.Get("corpus").c_str(),
+                  static_cast<long long>(response.corpus().num_documents()));
     }
     return absl::OkStatus();
   }());
@@ -944,15 +927,25 @@ const std::vector<CommandDef>& Commands() {
        {{"alias", "A", "the alias", nullptr, true}},
        RunUnalias},
       {"aliases", "list aliases", {}, RunAliases},
+      {"import",
+       "have the server import documents from files under its --files_dir",
+       {{"corpus", "N", "target corpus", nullptr, true},
+        {"tokens", "P", "tokens .npy, relative to --files_dir", "", false},
+        {"cu-seqlens", "P", "cu_seqlens .npy, relative to --files_dir", "",
+         false},
+        {"safetensors", "P",
+         "instead of the two .npy files: a safetensors file", "", false},
+        {"ids", "P", "ids file, relative to --files_dir", nullptr, true}},
+       RunImport},
       {"snapshot",
-       "write a corpus snapshot under the server's --snapshot_dir",
+       "write a corpus snapshot under the server's --files_dir",
        {{"name", "N", "corpus (or alias) to snapshot", nullptr, true},
-        {"path", "DIR", "new directory, relative to --snapshot_dir", nullptr,
+        {"path", "DIR", "new directory, relative to --files_dir", nullptr,
          true}},
        RunSnapshot},
       {"load",
-       "load a corpus directory under the server's --snapshot_dir",
-       {{"path", "DIR", "corpus directory, relative to --snapshot_dir", nullptr,
+       "load a corpus directory under the server's --files_dir",
+       {{"path", "DIR", "corpus directory, relative to --files_dir", nullptr,
          true},
         {"name", "N", "name of the new corpus (default: its manifest's)", "",
          false}},

@@ -1,11 +1,13 @@
 #include "server/admin_service.h"
 
+#include <limits>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "index/importers.h"
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_decoder.h"
@@ -310,17 +312,18 @@ grpc::ServerUnaryReactor* AdminService::ListAliases(
   return reactor;
 }
 
-absl::StatusOr<std::string> ResolveSnapshotPath(const std::string& root,
-                                                const std::string& path,
-                                                absl::string_view field) {
+absl::StatusOr<std::string> ResolveFilesPath(const std::string& root,
+                                             const std::string& path,
+                                             absl::string_view field) {
   if (root.empty()) {
     return absl::FailedPreconditionError(
-        "the server has no --snapshot_dir; snapshots and loads are disabled");
+        "the server has no --files_dir; the admin calls on server-side files "
+        "are disabled");
   }
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " is \"", path.substr(0, 160), "\"; ", why,
-                     " (a relative path under --snapshot_dir)"));
+                     " (a relative path under --files_dir)"));
   };
   if (path.empty() || path.size() > 1024) return bad("must be 1 to 1024 bytes");
   for (char c : path) {
@@ -345,7 +348,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
   absl::StatusOr<int64_t> docs = [&]() -> absl::StatusOr<int64_t> {
     MAXSIMD_ASSIGN_OR_RETURN(
         std::string dir,
-        ResolveSnapshotPath(limits_.snapshot_dir, request->path(), "path"));
+        ResolveFilesPath(limits_.files_dir, request->path(), "path"));
     return corpora_->SnapshotCorpus(request->name(), dir);
   }();
   if (docs.ok()) response->set_num_documents(*docs);
@@ -362,13 +365,72 @@ grpc::ServerUnaryReactor* AdminService::LoadCorpus(
       [&]() -> absl::StatusOr<std::shared_ptr<Corpus>> {
     MAXSIMD_ASSIGN_OR_RETURN(
         std::string dir,
-        ResolveSnapshotPath(limits_.snapshot_dir, request->path(), "path"));
+        ResolveFilesPath(limits_.files_dir, request->path(), "path"));
     return corpora_->LoadCorpus(dir, request->name());
   }();
   if (corpus.ok()) {
     DescribeCorpus(**corpus, corpora_->backend()->name(), response);
   }
   FinishUnary(reactor, metrics_, "LoadCorpus", arrival, corpus.status());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::ImportDocuments(
+    grpc::CallbackServerContext* ctx, const v1::ImportDocumentsRequest* request,
+    v1::AddDocumentsResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  const absl::Status status = [&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
+                             corpora_->Get(request->corpus()));
+    DocumentFiles files;
+    const std::pair<const std::string*, std::string*> paths[] = {
+        {&request->tokens_npy(), &files.tokens_npy},
+        {&request->cu_seqlens_npy(), &files.cu_seqlens_npy},
+        {&request->safetensors(), &files.safetensors},
+        {&request->ids(), &files.ids}};
+    const char* fields[] = {"tokens_npy", "cu_seqlens_npy", "safetensors",
+                            "ids"};
+    for (int i = 0; i < 4; ++i) {
+      if (paths[i].first->empty()) continue;
+      MAXSIMD_ASSIGN_OR_RETURN(
+          *paths[i].second,
+          ResolveFilesPath(limits_.files_dir, *paths[i].first, fields[i]));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
+    const int64_t stored_bytes =
+        static_cast<int64_t>(docs.tokens.size()) *
+        static_cast<int64_t>(DTypeSize(corpus->config().storage_dtype));
+    if (stored_bytes > limits_.max_stream_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("ImportDocuments: ", stored_bytes,
+                       " bytes of tokens exceed --max_add_stream_bytes (",
+                       limits_.max_stream_bytes, "); split the files"));
+    }
+    if (docs.dim != corpus->config().dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ImportDocuments: the files hold dim ", docs.dim, "; corpus \"",
+          corpus->config().name, "\" has dim ", corpus->config().dim));
+    }
+    std::vector<int32_t> counts;
+    counts.reserve(docs.ids.size());
+    for (size_t i = 0; i + 1 < docs.cu_seqlens.size(); ++i) {
+      const int64_t n = docs.cu_seqlens[i + 1] - docs.cu_seqlens[i];
+      counts.push_back(static_cast<int32_t>(
+          std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
+    }
+    DocumentBuilder builder(corpus->config(), corpus->limits());
+    MAXSIMD_RETURN_IF_ERROR(builder.Add(docs.ids, counts, docs.tokens.data(),
+                                        docs.cu_seqlens.back(), DType::kFloat32,
+                                        "ImportDocuments"));
+    docs.tokens = std::vector<float>();  // converted into the builder
+    MAXSIMD_ASSIGN_OR_RETURN(int64_t added, corpus->Append(builder.Take()));
+    response->set_added(added);
+    DescribeCorpus(*corpus, corpora_->backend()->name(),
+                   response->mutable_corpus());
+    return absl::OkStatus();
+  }();
+  FinishUnary(reactor, metrics_, "ImportDocuments", arrival, status);
   return reactor;
 }
 

@@ -24,9 +24,9 @@ struct AdminLimits {
   // Most bytes of converted token storage one AddDocuments stream may
   // accumulate before it commits.
   int64_t max_stream_bytes = int64_t{4} << 30;
-  // Root of the paths SnapshotCorpus and LoadCorpus take; empty: those
-  // calls are refused.
-  std::string snapshot_dir;
+  // Root of the server-side paths SnapshotCorpus, LoadCorpus and
+  // ImportDocuments take; empty: those calls are refused.
+  std::string files_dir;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
@@ -69,6 +69,10 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* LoadCorpus(grpc::CallbackServerContext* ctx,
                                        const v1::LoadCorpusRequest* request,
                                        v1::CorpusInfo* response) override;
+  grpc::ServerUnaryReactor* ImportDocuments(
+      grpc::CallbackServerContext* ctx,
+      const v1::ImportDocumentsRequest* request,
+      v1::AddDocumentsResponse* response) override;
 
   CorpusRegistry* corpora() const { return corpora_; }
   const AdminLimits& limits() const { return limits_; }
@@ -83,9 +87,9 @@ class AdminService final : public v1::Admin::CallbackService {
 // The absolute path of a request's `path` under `root`: INVALID_ARGUMENT
 // naming `field` for an empty, absolute or escaping path or a character
 // outside [A-Za-z0-9_.-/]; FAILED_PRECONDITION when `root` is empty.
-absl::StatusOr<std::string> ResolveSnapshotPath(const std::string& root,
-                                                const std::string& path,
-                                                absl::string_view field);
+absl::StatusOr<std::string> ResolveFilesPath(const std::string& root,
+                                             const std::string& path,
+                                             absl::string_view field);
 
 // Describes a corpus as the API reports it.
 void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,

@@ -87,9 +87,10 @@ ABSL_FLAG(int64_t, segment_seal_bytes, int64_t{64} << 20,
 ABSL_FLAG(double, compact_tombstone_ratio, 0.25,
           "Compaction rewrites a segment once this fraction of its documents "
           "is deleted");
-ABSL_FLAG(std::string, snapshot_dir, "",
-          "Root directory of the paths SnapshotCorpus writes and LoadCorpus "
-          "reads; empty = those calls are refused");
+ABSL_FLAG(std::string, files_dir, "",
+          "Root directory of the server-side files of the admin API: "
+          "SnapshotCorpus writes there, LoadCorpus and ImportDocuments read "
+          "from there (relative paths only); empty = those calls are refused");
 ABSL_FLAG(absl::Duration, executor_spin, absl::ZeroDuration(),
           "How long one idle executor polls for new work before it sleeps: "
           "a query arriving meanwhile starts without a thread wake-up (tens "
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
   o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
   o.scheduler.idle_spin = absl::GetFlag(FLAGS_executor_spin);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  o.admin_limits.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
+  o.admin_limits.files_dir = absl::GetFlag(FLAGS_files_dir);
   o.compaction_interval = absl::GetFlag(FLAGS_compaction_interval);
   o.compaction.seal_bytes = absl::GetFlag(FLAGS_segment_seal_bytes);
   o.compaction.tombstone_ratio = absl::GetFlag(FLAGS_compact_tombstone_ratio);

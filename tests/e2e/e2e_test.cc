@@ -266,6 +266,44 @@ TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
       Ctl(absl::StrCat("add --corpus st --ids ", d, "/ids.txt 2>&1")));
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--safetensors"), std::string::npos) << out;
+
+  // The server imports the same files itself (paths under --files_dir).
+  auto server = ::maxsimd::testing::ServerProcess::Start(
+      {absl::StrCat("--files_dir=", d)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string ctl =
+      absl::StrCat(std::getenv("MAXSIMD_E2E_CTL_BIN") != nullptr
+                       ? std::getenv("MAXSIMD_E2E_CTL_BIN")
+                       : MAXSIMCTL_BIN,
+                   " --target=", (*server)->target(), " ");
+  for (const char* name : {"viaserver_npy", "viaserver_st"}) {
+    ASSERT_EQ(
+        RunCommand(ctl + absl::StrCat("create --name ", name, " --dim 32"))
+            .first,
+        0);
+  }
+  std::tie(rc, out) =
+      RunCommand(ctl +
+                 "import --corpus viaserver_npy --tokens tokens.npy "
+                 "--cu-seqlens cu_seqlens.npy --ids ids.txt");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) =
+      RunCommand(ctl +
+                 "import --corpus viaserver_st --safetensors docs.safetensors "
+                 "--ids ids.txt");
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* name : {"viaserver_npy", "viaserver_st"}) {
+    std::tie(rc, out) = RunCommand(
+        ctl + absl::StrCat("--json query --corpus ", name, " --query ", d,
+                           "/query_0.npy --top-k 20"));
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(ParseResults(out), ParseResults(results[0])) << name;
+  }
+  std::tie(rc, out) = RunCommand(
+      ctl +
+      "import --corpus viaserver_st --safetensors ../x --ids ids.txt 2>&1");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
 }
 
 TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
@@ -321,8 +359,7 @@ TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
   const std::string snaps = (dir_ / "snaps").string();
   std::filesystem::create_directories(snaps);
   auto server = ::maxsimd::testing::ServerProcess::Start(
-      {absl::StrCat("--data_dir=", data),
-       absl::StrCat("--snapshot_dir=", snaps)});
+      {absl::StrCat("--data_dir=", data), absl::StrCat("--files_dir=", snaps)});
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = (*server)->NewClient();
   auto aliases = client->ListAliases();

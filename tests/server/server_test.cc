@@ -151,16 +151,16 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<v1::Admin::Stub> admin_;
 };
 
-TEST(SnapshotPathTest, OnlyRelativePathsUnderTheRootAreAccepted) {
-  EXPECT_EQ(ResolveSnapshotPath("/srv/snaps", "v1/2026-11", "path").value(),
+TEST(FilesPathTest, OnlyRelativePathsUnderTheRootAreAccepted) {
+  EXPECT_EQ(ResolveFilesPath("/srv/snaps", "v1/2026-11", "path").value(),
             "/srv/snaps/v1/2026-11");
-  EXPECT_THAT(ResolveSnapshotPath("", "v1", "path"),
+  EXPECT_THAT(ResolveFilesPath("", "v1", "path"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("--snapshot_dir")));
+                       HasSubstr("--files_dir")));
   for (const char* bad :
        {"", "/etc", "../x", "a/../b", "a//b", "a/./b", "a b", "a\\b", "x/"}) {
     EXPECT_THAT(
-        ResolveSnapshotPath("/srv/snaps", bad, "path"),
+        ResolveFilesPath("/srv/snaps", bad, "path"),
         StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("path is")))
         << bad;
   }

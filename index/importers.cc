@@ -1,0 +1,76 @@
+#include "index/importers.h"
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "index/npy.h"
+#include "index/safetensors.h"
+#include "kernels/status_macros.h"
+
+namespace maxsimd {
+
+absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view trimmed = absl::StripAsciiWhitespace(line);
+    if (!trimmed.empty()) lines.emplace_back(trimmed);
+  }
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  }
+  return lines;
+}
+
+absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& f) {
+  const bool npy = !f.tokens_npy.empty() || !f.cu_seqlens_npy.empty();
+  if (npy == !f.safetensors.empty() ||
+      (npy && (f.tokens_npy.empty() || f.cu_seqlens_npy.empty()))) {
+    return absl::InvalidArgumentError(
+        "give either a safetensors file, or both a tokens and a cu_seqlens "
+        ".npy file");
+  }
+  if (f.ids.empty()) return absl::InvalidArgumentError("an ids file is needed");
+  ImportedDocuments out;
+  if (!npy) {
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file,
+                             ReadSafetensors(f.safetensors));
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments docs,
+                             DocumentsFromSafetensors(file, f.safetensors));
+    out.dim = docs.dim;
+    out.tokens = std::move(docs.tokens);
+    out.cu_seqlens = std::move(docs.cu_seqlens);
+    out.float16 = docs.float16;
+  } else {
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(f.tokens_npy));
+    if (tokens.shape.size() != 2 || tokens.shape[1] < 1 ||
+        tokens.shape[1] > (1 << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", f.tokens_npy, "' must be a 2-D [tokens, dim] array"));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu, ReadNpy(f.cu_seqlens_npy));
+    MAXSIMD_ASSIGN_OR_RETURN(out.cu_seqlens, NpyToInt64(cu, f.cu_seqlens_npy));
+    if (out.cu_seqlens.empty() || out.cu_seqlens.front() != 0 ||
+        out.cu_seqlens.back() != tokens.shape[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", f.cu_seqlens_npy, "' must run from 0 to the ",
+                       tokens.shape[0], " token rows of '", f.tokens_npy, "'"));
+    }
+    out.dim = static_cast<int32_t>(tokens.shape[1]);
+    MAXSIMD_ASSIGN_OR_RETURN(out.tokens, NpyToFloat32(tokens, f.tokens_npy));
+    out.float16 = tokens.descr == "<f2";
+  }
+  MAXSIMD_ASSIGN_OR_RETURN(out.ids, ReadLines(f.ids));
+  if (out.cu_seqlens.size() != out.ids.size() + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the offsets have ", out.cu_seqlens.size(), " entries but '", f.ids,
+        "' has ", out.ids.size(), " ids; expected ids + 1 offsets"));
+  }
+  return out;
+}
+
+}  // namespace maxsimd

@@ -1,0 +1,46 @@
+// Importers of documents from the files users already have, shared by
+// maxsimctl (client side) and the admin API's ImportDocuments (server side):
+//   - a .npy token array [T, dim] (float32 or float16) with a cu_seqlens
+//     .npy [N + 1] (int64 or int32),
+//   - or one safetensors file with tensors "tokens" and "cu_seqlens"
+//     (index/safetensors.h),
+// and the ids in a text file, one per line (blank lines skipped).
+//
+// Errors: NOT_FOUND for a missing file, DATA_LOSS for a malformed one,
+// INVALID_ARGUMENT for shapes, dtypes or counts that do not fit together
+// (the message names the file).
+// Thread-safety: pure functions.
+#ifndef MAXSIMD_INDEX_IMPORTERS_H_
+#define MAXSIMD_INDEX_IMPORTERS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace maxsimd {
+
+struct DocumentFiles {
+  std::string tokens_npy;      // with cu_seqlens_npy, or
+  std::string cu_seqlens_npy;  //
+  std::string safetensors;     // instead of both
+  std::string ids;             // required
+};
+
+struct ImportedDocuments {
+  int32_t dim = 0;
+  std::vector<float> tokens;  // [cu_seqlens.back(), dim] fp32
+  std::vector<int64_t> cu_seqlens;
+  std::vector<std::string> ids;
+  bool float16 = false;  // the source held fp16 values (exact in fp16)
+};
+
+absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& files);
+
+// The non-blank lines of a text file, trimmed.
+absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
+
+}  // namespace maxsimd
+
+#endif  // MAXSIMD_INDEX_IMPORTERS_H_
