@@ -72,4 +72,12 @@ absl::Status ValidateSearchParams(const SearchParams& p,
   return absl::OkStatus();
 }
 
+absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
+                               int64_t bytes, int64_t budget) {
+  if (budget <= 0 || held + bytes <= budget) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "Upload: ", bytes, " more bytes would take the corpora on ", backend,
+      " to ", held + bytes, " bytes; --corpus_budget_bytes is ", budget));
+}
+
 }  // namespace maxsimd

@@ -132,6 +132,11 @@ struct DeviceMemory {
   int64_t total_bytes = 0;
 };
 
+// Admits an upload of `bytes` against a corpus budget (0: none), given the
+// bytes `held` by live buffers: OK, or RESOURCE_EXHAUSTED naming the flag.
+absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
+                               int64_t bytes, int64_t budget);
+
 // Limits a backend sizes its workspace for at start-up. A batch beyond them
 // is refused with INVALID_ARGUMENT naming the limit.
 struct BackendLimits {
@@ -151,8 +156,9 @@ class Backend {
 
   // Copies `bytes` bytes from host memory into the backend's memory. The
   // CPU backend returns a view of `host` itself (no copy). Errors:
-  // RESOURCE_EXHAUSTED when the device has no room; the caller's state is
-  // untouched.
+  // RESOURCE_EXHAUSTED when the device has no room, or when the live
+  // buffers would exceed the backend's corpus budget (the message names
+  // --corpus_budget_bytes); the caller's state is untouched.
   virtual absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
       const void* host, size_t bytes) = 0;
 

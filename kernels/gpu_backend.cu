@@ -222,6 +222,7 @@ class GpuBackendImpl final : public Backend {
       std::make_shared<std::atomic<int64_t>>(0);
   int64_t workspace_bytes_ = 0;  // device bytes of the workers, set by Init
   cudaStream_t upload_stream_ = nullptr;
+  absl::Mutex upload_mu_;  // serialises Upload()'s budget check and malloc
   std::vector<Worker> workers_;
   absl::Mutex mu_;
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
@@ -367,6 +368,11 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
   }
   NvtxRange range("maxsimd.upload");
   DeviceGuard guard(options_.device);
+  // Check and allocation together, so concurrent uploads cannot both pass.
+  absl::MutexLock upload_lock(&upload_mu_);
+  MAXSIMD_RETURN_IF_ERROR(CheckCorpusBudget(name(), corpus_bytes_->load(),
+                                            static_cast<int64_t>(bytes),
+                                            options_.corpus_budget_bytes));
   if (bytes == 0) {
     return std::unique_ptr<ResidentBuffer>(
         new DeviceBuffer(options_.device, nullptr, 0, corpus_bytes_));

@@ -48,6 +48,9 @@ struct GpuBackendOptions {
   // once per launch: a tuning knob, measured by maxsim_bench
   // --tma-scan-group.
   int tma_scan_tile_group = 0;
+  // Most bytes of corpus arrays this backend keeps on its device (0: as
+  // much as fits); an upload past it is RESOURCE_EXHAUSTED.
+  int64_t corpus_budget_bytes = 0;
 };
 
 class GpuBackend {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "kernels/element.h"
 #include "kernels/status_macros.h"
@@ -12,15 +13,23 @@
 namespace maxsimd {
 namespace {
 
+// A view of host memory; `held` counts the bytes of its backend's live
+// buffers.
 class HostBuffer final : public ResidentBuffer {
  public:
-  HostBuffer(const void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  HostBuffer(const void* data, size_t bytes,
+             std::shared_ptr<std::atomic<int64_t>> held)
+      : data_(data), bytes_(bytes), held_(std::move(held)) {
+    held_->fetch_add(static_cast<int64_t>(bytes_));
+  }
+  ~HostBuffer() override { held_->fetch_sub(static_cast<int64_t>(bytes_)); }
   const void* data() const override { return data_; }
   size_t bytes() const override { return bytes_; }
 
  private:
   const void* data_;
   size_t bytes_;
+  std::shared_ptr<std::atomic<int64_t>> held_;
 };
 
 // Dot product of two fp32 rows with 16 independent partial sums, which the
@@ -98,7 +107,12 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Upload(
     const void* host, size_t bytes) {
-  return std::unique_ptr<ResidentBuffer>(new HostBuffer(host, bytes));
+  absl::MutexLock lock(&upload_mu_);
+  MAXSIMD_RETURN_IF_ERROR(CheckCorpusBudget(name(), corpus_bytes_->load(),
+                                            static_cast<int64_t>(bytes),
+                                            options_.corpus_budget_bytes));
+  return std::unique_ptr<ResidentBuffer>(
+      new HostBuffer(host, bytes, corpus_bytes_));
 }
 
 absl::Status CpuBackend::Search(const SearchParams& params,

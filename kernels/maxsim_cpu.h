@@ -9,10 +9,12 @@
 #ifndef MAXSIMD_KERNELS_MAXSIM_CPU_H_
 #define MAXSIMD_KERNELS_MAXSIM_CPU_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
 #include "kernels/thread_pool.h"
 
@@ -21,6 +23,9 @@ namespace maxsimd {
 struct CpuBackendOptions {
   int num_threads = 0;  // <= 0: one per hardware thread
   BackendLimits limits;
+  // Most bytes of corpus arrays (views of host memory) this backend serves
+  // (0: no limit); an upload past it is RESOURCE_EXHAUSTED.
+  int64_t corpus_budget_bytes = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -47,6 +52,10 @@ class CpuBackend final : public Backend {
 
   CpuBackendOptions options_;
   ThreadPool pool_;
+  absl::Mutex upload_mu_;  // serialises Upload()'s budget check
+  // Bytes of live buffers (shared: a buffer may outlive the backend).
+  std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace maxsimd

@@ -40,6 +40,10 @@ ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
           "gRPC resource quota: memory gRPC may use for calls; 0 = gRPC "
           "default");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0 = one per core");
+ABSL_FLAG(int64_t, corpus_budget_bytes, 0,
+          "Most bytes of corpus data each backend shard (a GPU, or the CPU) "
+          "keeps; a write past it is RESOURCE_EXHAUSTED and changes nothing. "
+          "0 = as much as fits");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(int32_t, max_query_tokens, 1024, "Most tokens in one query (Lq)");
@@ -171,6 +175,7 @@ int main(int argc, char** argv) {
         "negative");
   }
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.corpus_budget_bytes = absl::GetFlag(FLAGS_corpus_budget_bytes);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (o.max_message_bytes < 1024 ||
       o.max_message_bytes > (int64_t{2} << 30) - 1) {

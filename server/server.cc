@@ -207,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         g.device = d;
         g.num_workers = std::max(1, options.gpu_workers);
         g.limits = limits;
+        g.corpus_budget_bytes = options.corpus_budget_bytes;
         absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
         if (gpu.ok()) {
           shards.push_back(*std::move(gpu));
@@ -231,6 +232,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
       CpuBackendOptions c;
       c.num_threads = std::max(1, threads / per_device);
       c.limits = limits;
+      c.corpus_budget_bytes = options.corpus_budget_bytes;
       MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
                                CpuBackend::Create(c));
       shards.push_back(std::move(cpu));

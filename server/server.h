@@ -75,6 +75,8 @@ struct ServerOptions {
   int shards_per_device = 1;
   int gpu_workers = 4;  // concurrent searches per GPU backend (streams)
   int cpu_threads = 0;  // CPU backend threads; 0 = one per core
+  // Most corpus bytes each backend shard keeps (0: as much as fits).
+  int64_t corpus_budget_bytes = 0;
   int64_t max_message_bytes = 64 << 20;
   int grpc_max_threads = 0;             // gRPC resource quota; 0 = default
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default

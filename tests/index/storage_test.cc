@@ -675,5 +675,40 @@ TEST_F(StorageTest,
             Contents(*r.Get("c1").value()->Snapshot()));
 }
 
+// The CPU twin of GpuBackendTest.CorpusBudgetRefusesUploadsPastIt...: a
+// write past the budget is RESOURCE_EXHAUSTED naming the flag, and leaves
+// the corpus as it was, in memory and on disk; dropping frees the budget.
+TEST_F(StorageTest, CorpusBudgetRefusesWritesAndFreesOnDrop) {
+  TempDir tmp;
+  CpuBackendOptions o;
+  o.corpus_budget_bytes = 4096;
+  auto budgeted = CpuBackend::Create(o).value();
+  CorpusRegistry r(budgeted.get(), limits_, tmp.path());
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  auto c = r.Create(config_);
+  ASSERT_THAT(c, IsOk());
+  ASSERT_THAT((*c)->Append(Docs("a", 10)), IsOk());  // ~200 token bytes
+  const auto before = Contents(*(*c)->Snapshot());
+  EXPECT_THAT((*c)->Append(Docs("big", 400)),  // ~8 KB
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--corpus_budget_bytes is 4096")));
+  EXPECT_EQ(Contents(*(*c)->Snapshot()), before);
+  // Nothing of the refused write on disk: the manifest, one segment.
+  int files = 0;
+  for (const char* f : {"MANIFEST", "seg-1.msd", "seg-2.msd"}) {
+    files += Exists(tmp.path() + "/corpora/c/" + f) ? 1 : 0;
+  }
+  EXPECT_EQ(files, 2);
+  // 3,896 bytes: over the budget only while "c" holds its 240.
+  EXPECT_THAT((*c)->Append(Docs("fits", 162)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  c->reset();
+  ASSERT_THAT(r.Drop("c"), IsOk());
+  config_.name = "d";
+  auto d = r.Create(config_);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_THAT((*d)->Append(Docs("fits", 162)), IsOk());
+}
+
 }  // namespace
 }  // namespace maxsimd

@@ -56,6 +56,26 @@ TEST(GpuBackendTest, UploadOutOfMemoryLeavesTheBackendHealthy) {
   EXPECT_TRUE(backend->healthy());
 }
 
+// The GPU twin of StorageTest.CorpusBudgetRefusesWritesAndFreesOnDrop.
+TEST(GpuBackendTest, CorpusBudgetRefusesUploadsPastItAndFreesOnRelease) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions o = ::maxsimd::testing::TestOptions();
+  o.corpus_budget_bytes = 1 << 20;
+  std::unique_ptr<Backend> backend = MakeGpuBackend(o);
+  ASSERT_NE(backend, nullptr);
+  std::vector<char> host(600 << 10, 1);
+  auto first = backend->Upload(host.data(), host.size());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(
+      backend->Upload(host.data(), host.size()),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               ::testing::HasSubstr("--corpus_budget_bytes is 1048576")));
+  EXPECT_TRUE(backend->healthy());
+  EXPECT_EQ(backend->Memory().front().corpus_bytes, 600 << 10);
+  first->reset();  // freed: room again
+  EXPECT_TRUE(backend->Upload(host.data(), host.size()).ok());
+}
+
 TEST(GpuBackendTest, RejectsBadArgumentsAndStaysHealthy) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   auto backend = MakeGpuBackend();
