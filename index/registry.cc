@@ -20,7 +20,22 @@ std::string CorpusRegistry::CorpusDir(const std::string& name) const {
 }
 
 namespace {
+
 constexpr absl::string_view kAliasesFile = "ALIASES";
+
+// A corpus directory left by a crash inside CorpusStore::Create: no
+// manifest, and nothing but a manifest being written (a real corpus that
+// lost its manifest still has segment files, and is DATA_LOSS instead).
+bool UnfinishedCreate(const std::string& dir) {
+  if (access(absl::StrCat(dir, "/MANIFEST").c_str(), F_OK) == 0) return false;
+  absl::StatusOr<std::vector<std::string>> files = ListFiles(dir);
+  if (!files.ok()) return false;
+  for (const std::string& f : *files) {
+    if (f != "MANIFEST.tmp") return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<CorpusRegistry::LoadReport> CorpusRegistry::LoadAll() {
@@ -32,6 +47,11 @@ absl::StatusOr<CorpusRegistry::LoadReport> CorpusRegistry::LoadAll() {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
                            ListCorpusDirectories(root));
   for (const std::string& name : names) {
+    if (UnfinishedCreate(CorpusDir(name))) {
+      // A crash inside Create(), which never returned OK: nothing to keep.
+      (void)DestroyCorpusDirectory(CorpusDir(name));
+      continue;
+    }
     StoredCorpus contents;
     absl::StatusOr<std::shared_ptr<Corpus>> corpus;
     absl::StatusOr<std::unique_ptr<CorpusStore>> store =

@@ -273,8 +273,8 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   return absl::InternalError(msg);
 }
 
-// Names of the regular files in `dir`.
-absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
+// Names in `dir` (ListFiles, declared in the header, is this).
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return ErrnoStatus("opendir", dir);
   std::vector<std::string> names;
@@ -292,7 +292,8 @@ absl::Status RemoveTree(const std::string& path) {
     return errno == ENOENT ? absl::OkStatus() : ErrnoStatus("stat", path);
   }
   if (S_ISDIR(st.st_mode)) {
-    MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(path));
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                             ListDirectory(path));
     for (const std::string& n : names) {
       MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(path, n)));
     }
@@ -717,7 +718,7 @@ absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
 }
 
 void CorpusStore::CollectGarbage() {
-  absl::StatusOr<std::vector<std::string>> names = ListFiles(dir_);
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(dir_);
   if (!names.ok()) return;
   std::set<std::string> keep = {std::string(kManifestName)};
   for (const StoredSegment& s : manifest_.segments) {
@@ -792,7 +793,7 @@ absl::Status DestroyCorpusDirectory(const std::string& dir) {
 
 absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           ListFiles(corpora_dir));
+                           ListDirectory(corpora_dir));
   for (const std::string& n : names) {
     if (absl::StartsWith(n, ".dropped-")) {
       MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(corpora_dir, n)));
@@ -804,7 +805,7 @@ absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
 absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
     const std::string& corpora_dir) {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           ListFiles(corpora_dir));
+                           ListDirectory(corpora_dir));
   std::vector<std::string> out;
   for (const std::string& n : names) {
     if (absl::StartsWith(n, ".")) continue;
@@ -815,6 +816,10 @@ absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
+  return ListDirectory(dir);
 }
 
 absl::Status MakeDirectories(const std::string& path) {

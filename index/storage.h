@@ -135,6 +135,8 @@ absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
     const std::string& corpora_dir);
 // mkdir -p.
 absl::Status MakeDirectories(const std::string& path);
+// The names in a directory (files and subdirectories, not . and ..).
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir);
 
 }  // namespace maxsimd
 

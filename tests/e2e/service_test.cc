@@ -479,12 +479,23 @@ TEST(ServiceTest, SigtermUnderLoadDrainsAcceptedCallsAndRefusesNewOnes) {
   int drained_after_sigterm = 0;
   int after_drain = 0;
   int unavailable_in_transit = 0;
+  int cancelled_in_transit = 0;
   int total = 0;
   for (int t = 0; t < kThreads; ++t) {
     for (size_t i = 0; i < calls[t].size(); ++i) {
       const Call& c = calls[t][i];
       ++total;
       SCOPED_TRACE(absl::StrCat("thread ", t, " call ", i));
+      // A call not surely accepted before the signal may also race gRPC's
+      // own stop, which cancels calls it has received but not yet handed
+      // to a handler (CANCELLED); an accepted one, or one sent once the
+      // listener is closed, never is.
+      const bool in_transit =
+          c.start > sigterm_at - kSurelyArrived && !c.after_drain;
+      if (in_transit && c.code == absl::StatusCode::kCancelled) {
+        ++cancelled_in_transit;
+        continue;
+      }
       ASSERT_TRUE(c.code == absl::StatusCode::kOk ||
                   c.code == absl::StatusCode::kUnavailable)
           << c.error;
@@ -512,11 +523,10 @@ TEST(ServiceTest, SigtermUnderLoadDrainsAcceptedCallsAndRefusesNewOnes) {
   std::printf(
       "%d calls; %d in flight at SIGTERM, %d completed OK after "
       "it, %d sent "
-      "before it got UNAVAILABLE, %d sent after the drain began "
-      "(seen %.0f "
-      "ms after SIGTERM)\n",
+      "before it got UNAVAILABLE, %d in transit got CANCELLED, %d sent "
+      "after the drain began (seen %.0f ms after SIGTERM)\n",
       total, in_flight, drained_after_sigterm, unavailable_in_transit,
-      after_drain,
+      cancelled_in_transit, after_drain,
       std::chrono::duration<double, std::milli>(drain_seen_at - sigterm_at)
           .count());
   EXPECT_GE(in_flight, 2);

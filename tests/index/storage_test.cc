@@ -381,6 +381,11 @@ TEST_F(StorageTest, RegistryReloadsCorporaAndServesDamagedOnesAsDataLoss) {
     EXPECT_THAT(r.Create(config_), StatusIs(absl::StatusCode::kAlreadyExists));
     ASSERT_THAT(r.Drop("dropped"), IsOk());
   }
+  // Left by a crash inside Create (no manifest yet): removed, not reported.
+  // A corpus whose manifest is gone but whose segments remain is reported.
+  ASSERT_EQ(mkdir((tmp.path() + "/corpora/half").c_str(), 0755), 0);
+  ASSERT_THAT(WriteFileDurably(tmp.path() + "/corpora/half/MANIFEST.tmp", "x"),
+              IsOk());
   const std::string broken = tmp.path() + "/corpora/broken/seg-1.msd";
   std::string bytes = ReadWholeFile(broken).value();
   bytes[40] ^= 1;
@@ -390,6 +395,7 @@ TEST_F(StorageTest, RegistryReloadsCorporaAndServesDamagedOnesAsDataLoss) {
   auto report = r.LoadAll();
   ASSERT_THAT(report, IsOk());
   ASSERT_EQ(report->corpora.size(), 2u);  // the dropped one stays dropped
+  EXPECT_FALSE(Exists(tmp.path() + "/corpora/half"));
   EXPECT_EQ(report->corpora[0].first, "broken");
   EXPECT_THAT(report->corpora[0].second, StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(report->corpora[1].second, IsOk());
