@@ -407,21 +407,21 @@ int RunAdd(const Globals& g, const Flags& f) {
     files.cu_seqlens_npy = f.Get("cu-seqlens");
     files.safetensors = f.Get("safetensors");
     files.ids = f.Get("ids");
-    absl::StatusOr<ImportedDocuments> docs = ReadDocumentFiles(files);
-    if (!docs.ok() &&
-        files.safetensors.empty() ==
-            (files.tokens_npy.empty() || files.cu_seqlens_npy.empty())) {
+    // The importer refuses these combinations too; here they are a usage
+    // error naming the flags.
+    if (files.safetensors.empty() ==
+        (files.tokens_npy.empty() || files.cu_seqlens_npy.empty())) {
       return UsageError(
           "give either --safetensors, or both --tokens and --cu-seqlens");
     }
-    MAXSIMD_RETURN_IF_ERROR(docs.status());
+    MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
     DocumentBatch batch;
-    batch.dim = docs->dim;
-    batch.tokens = std::move(docs->tokens);
-    batch.cu_seqlens = std::move(docs->cu_seqlens);
-    batch.ids = std::move(docs->ids);
+    batch.dim = docs.dim;
+    batch.tokens = std::move(docs.tokens);
+    batch.cu_seqlens = std::move(docs.cu_seqlens);
+    batch.ids = std::move(docs.ids);
     // fp16 input goes out as fp16: exact, and half the bytes.
-    const bool float16 = docs->float16;
+    const bool float16 = docs.float16;
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                              Connect(g, float16));
     const auto start = std::chrono::steady_clock::now();

@@ -357,10 +357,6 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
   const std::vector<StoredSegment> old_stored =
       store_ != nullptr ? store_->manifest().segments
                         : std::vector<StoredSegment>();
-  auto fail = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) {
-    if (store_ != nullptr) store_->CollectGarbage();
-    return s;
-  };
   int rewritten = 0;
   size_t next_run = 0;
   for (size_t i = 0; i < n;) {
@@ -397,26 +393,45 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
     if (merged.ids.empty()) continue;  // everything in the run was deleted
     const int64_t first = segs[begin]->base_index();
     const int shard = segs[begin]->shard();
-    const int64_t docs = static_cast<int64_t>(merged.ids.size());
-    if (store_ != nullptr) {
-      absl::StatusOr<std::string> file = store_->WriteSegment(merged);
-      if (!file.ok()) return fail(file.status());
-      stored.push_back({*file, "", first, docs, shard});
-    }
-    absl::StatusOr<std::shared_ptr<const Segment>> segment =
-        Segment::Create(std::move(merged), first, backend_, shard);
-    if (!segment.ok()) return fail(segment.status());
-    out_segs.push_back(*std::move(segment));
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Segment> segment,
+        NewSegmentLocked(std::move(merged), first, shard, &stored));
+    out_segs.push_back(std::move(segment));
     out_dead.push_back(nullptr);
   }
-  if (store_ != nullptr) {
-    absl::Status committed = store_->Commit(std::move(stored));
-    store_->CollectGarbage();  // the replaced files, or the unused new one
-    MAXSIMD_RETURN_IF_ERROR(committed);
-  }
+  MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(out_segs),
                                            std::move(out_dead)));
   return rewritten;
+}
+
+absl::StatusOr<std::shared_ptr<const Segment>> Corpus::NewSegmentLocked(
+    SegmentData data, int64_t base_index, int shard,
+    std::vector<StoredSegment>* stored) {
+  if (store_ != nullptr) {
+    absl::StatusOr<std::string> file = store_->WriteSegment(data);
+    if (!file.ok()) return AbandonLocked(file.status());
+    stored->push_back(
+        {*file, "", base_index, static_cast<int64_t>(data.ids.size()), shard});
+  }
+  absl::StatusOr<std::shared_ptr<const Segment>> segment =
+      Segment::Create(std::move(data), base_index, backend_, shard);
+  if (!segment.ok()) return AbandonLocked(segment.status());
+  return segment;
+}
+
+absl::Status Corpus::CommitLocked(std::vector<StoredSegment> stored) {
+  if (store_ == nullptr) return absl::OkStatus();
+  absl::Status committed = store_->Commit(std::move(stored));
+  // The files the commit replaced or, after a failure, the ones it would
+  // have named.
+  store_->CollectGarbage();
+  return committed;
+}
+
+absl::Status Corpus::AbandonLocked(absl::Status s) {
+  if (store_ != nullptr) store_->CollectGarbage();
+  return s;
 }
 
 absl::Status Corpus::DestroyStorage() {
@@ -472,30 +487,17 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
       base->tombstone_sets();
   std::vector<StoredSegment> stored;
   if (store_ != nullptr) stored = store_->manifest().segments;
-  // A failed write leaves files that no manifest names; remove them.
-  auto fail = [this](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) {
-    if (store_ != nullptr) store_->CollectGarbage();
-    return s;
-  };
   int64_t next = base->next_index();
   for (size_t i = 0; i < parts.size(); ++i) {
     const int64_t docs = static_cast<int64_t>(parts[i].ids.size());
-    if (store_ != nullptr) {
-      absl::StatusOr<std::string> file = store_->WriteSegment(parts[i]);
-      if (!file.ok()) return fail(file.status());
-      stored.push_back({*file, "", next, docs, order[i]});
-    }
-    absl::StatusOr<std::shared_ptr<const Segment>> segment =
-        Segment::Create(std::move(parts[i]), next, backend_, order[i]);
-    if (!segment.ok()) return fail(segment.status());
+    MAXSIMD_ASSIGN_OR_RETURN(
+        std::shared_ptr<const Segment> segment,
+        NewSegmentLocked(std::move(parts[i]), next, order[i], &stored));
     next += docs;
-    segments.push_back(*std::move(segment));
+    segments.push_back(std::move(segment));
     tombstones.push_back(nullptr);
   }
-  if (store_ != nullptr) {
-    absl::Status committed = store_->Commit(std::move(stored));
-    if (!committed.ok()) return fail(committed);
-  }
+  MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(segments),
                                            std::move(tombstones)));
   return added;
@@ -537,20 +539,11 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
     if (store_ != nullptr) {
       absl::StatusOr<std::string> file =
           store_->WriteTombstones(segment.num_docs(), tombstones[s]->bits());
-      if (!file.ok()) {
-        store_->CollectGarbage();
-        return file.status();
-      }
+      if (!file.ok()) return AbandonLocked(file.status());
       stored[s].tombstones = *file;
     }
   }
-  if (store_ != nullptr) {
-    absl::Status committed = store_->Commit(std::move(stored));
-    // Either the tombstone files the commit replaced or, after a failure,
-    // the ones it would have named.
-    store_->CollectGarbage();
-    MAXSIMD_RETURN_IF_ERROR(committed);
-  }
+  MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
   Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
                                            std::move(tombstones)));
   return result;

@@ -134,6 +134,7 @@ class DocumentBuilder {
 
 class CorpusStore;
 struct StoredCorpus;
+struct StoredSegment;
 
 // When Corpus::Compact rewrites segments.
 struct CompactionOptions {
@@ -208,6 +209,20 @@ class Corpus {
          Backend* backend, std::unique_ptr<CorpusStore> store);
   void Publish(std::shared_ptr<const CorpusSnapshot> snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The steps of a write. NewSegmentLocked makes a segment of `data`; with
+  // a store it first writes the segment's file and appends its manifest
+  // entry to *stored. CommitLocked commits `stored` (no-op without a store)
+  // and removes the files no manifest names: those it replaced or, after a
+  // failure, those it would have named. AbandonLocked removes the files of
+  // a write that failed before its commit and returns `s`.
+  absl::StatusOr<std::shared_ptr<const Segment>> NewSegmentLocked(
+      SegmentData data, int64_t base_index, int shard,
+      std::vector<StoredSegment>* stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status CommitLocked(std::vector<StoredSegment> stored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  absl::Status AbandonLocked(absl::Status s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   const CorpusConfig config_;
   const CorpusLimits limits_;

@@ -208,19 +208,13 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
     if (!data_dir_.empty()) {
       MAXSIMD_ASSIGN_OR_RETURN(store,
                                CorpusStore::Create(CorpusDir(target), config));
-      std::vector<StoredSegment> entries = contents.manifest.segments;
-      for (size_t i = 0; i < entries.size(); ++i) {
-        MAXSIMD_ASSIGN_OR_RETURN(entries[i].file,
-                                 store->WriteSegment(contents.segments[i]));
-        entries[i].tombstones.clear();
-        if (!contents.tombstones[i].empty()) {
-          MAXSIMD_ASSIGN_OR_RETURN(
-              entries[i].tombstones,
-              store->WriteTombstones(entries[i].num_docs,
-                                     contents.tombstones[i]));
-        }
+      std::vector<CorpusStore::SegmentToWrite> segments;
+      for (size_t i = 0; i < contents.segments.size(); ++i) {
+        const StoredSegment& s = contents.manifest.segments[i];
+        segments.push_back({&contents.segments[i], &contents.tombstones[i],
+                            s.base_index, s.shard});
       }
-      MAXSIMD_RETURN_IF_ERROR(store->Commit(std::move(entries)));
+      MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(segments));
     }
     return Corpus::Restore(limits_, backend_, std::move(store),
                            std::move(contents));

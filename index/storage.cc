@@ -266,6 +266,13 @@ std::string Join(const std::string& dir, absl::string_view file) {
   return absl::StrCat(dir, "/", file);
 }
 
+// The directory holding `path` ("." for a bare name).
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   const int e = errno;
   const std::string msg = absl::StrCat(what, " ", path, ": ", strerror(e));
@@ -273,8 +280,9 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   return absl::InternalError(msg);
 }
 
-// Names in `dir` (ListFiles, declared in the header, is this).
-absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) {
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return ErrnoStatus("opendir", dir);
   std::vector<std::string> names;
@@ -286,14 +294,15 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) {
   return names;
 }
 
+namespace {
+
 absl::Status RemoveTree(const std::string& path) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) {
     return errno == ENOENT ? absl::OkStatus() : ErrnoStatus("stat", path);
   }
   if (S_ISDIR(st.st_mode)) {
-    MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                             ListDirectory(path));
+    MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(path));
     for (const std::string& n : names) {
       MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(path, n)));
     }
@@ -564,9 +573,7 @@ absl::Status ReplaceFileDurably(const std::string& path,
   const std::string tmp = path + ".tmp";
   MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, data));
   if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp);
-  const size_t slash = path.find_last_of('/');
-  return SyncDirectory(slash == std::string::npos ? "."
-                                                  : path.substr(0, slash));
+  return SyncDirectory(ParentDir(path));
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -622,19 +629,22 @@ CorpusStore::CorpusStore(std::string dir, Manifest manifest)
 
 absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Create(
     const std::string& dir, const CorpusConfig& config) {
-  if (mkdir(dir.c_str(), 0755) != 0) return ErrnoStatus("mkdir", dir);
+  if (mkdir(dir.c_str(), 0755) != 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
+    }
+    return ErrnoStatus("mkdir", dir);
+  }
   Manifest m;
   m.config = config;
   std::unique_ptr<CorpusStore> store(new CorpusStore(dir, m));
   absl::Status s = store->Commit({});
+  // The new directory's entry in its parent.
+  if (s.ok()) s = SyncDirectory(ParentDir(dir));
   if (!s.ok()) {
     (void)RemoveTree(dir);
     return s;
   }
-  // The new directory's entry in its parent.
-  const size_t slash = dir.find_last_of('/');
-  MAXSIMD_RETURN_IF_ERROR(
-      SyncDirectory(slash == std::string::npos ? "." : dir.substr(0, slash)));
   return store;
 }
 
@@ -652,16 +662,22 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
   MAXSIMD_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, manifest_path));
   contents->segments.clear();
   contents->tombstones.clear();
+  // A file the manifest names: missing is DATA_LOSS saying so.
+  auto read_named = [&](absl::string_view what, const std::string& path) {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+    if (!bytes.ok() && absl::IsDataLoss(bytes.status())) {
+      return absl::StatusOr<std::string>(
+          absl::DataLossError(absl::StrCat("missing ", what, " file ", path,
+                                           " (named by ", manifest_path, ")")));
+    }
+    return bytes;
+  };
   for (const StoredSegment& s : m.segments) {
     const std::string path = Join(dir, s.file);
-    absl::StatusOr<std::string> seg_bytes = ReadWholeFile(path);
-    if (!seg_bytes.ok() && absl::IsDataLoss(seg_bytes.status())) {
-      return absl::DataLossError(absl::StrCat(
-          "missing segment file ", path, " (named by ", manifest_path, ")"));
-    }
-    MAXSIMD_RETURN_IF_ERROR(seg_bytes.status());
+    MAXSIMD_ASSIGN_OR_RETURN(std::string seg_bytes,
+                             read_named("segment", path));
     MAXSIMD_ASSIGN_OR_RETURN(SegmentData data,
-                             DecodeSegmentFile(*seg_bytes, path));
+                             DecodeSegmentFile(seg_bytes, path));
     if (static_cast<int64_t>(data.ids.size()) != s.num_docs ||
         data.dim != m.config.dim || data.dtype != m.config.storage_dtype) {
       return Loss(path,
@@ -673,15 +689,10 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
     std::vector<uint32_t> bits;
     if (!s.tombstones.empty()) {
       const std::string tpath = Join(dir, s.tombstones);
-      absl::StatusOr<std::string> tb = ReadWholeFile(tpath);
-      if (!tb.ok() && absl::IsDataLoss(tb.status())) {
-        return absl::DataLossError(absl::StrCat("missing tombstone file ",
-                                                tpath, " (named by ",
-                                                manifest_path, ")"));
-      }
-      MAXSIMD_RETURN_IF_ERROR(tb.status());
-      MAXSIMD_ASSIGN_OR_RETURN(bits,
-                               DecodeTombstoneFile(*tb, s.num_docs, tpath));
+      MAXSIMD_ASSIGN_OR_RETURN(std::string tomb_bytes,
+                               read_named("tombstone", tpath));
+      MAXSIMD_ASSIGN_OR_RETURN(
+          bits, DecodeTombstoneFile(tomb_bytes, s.num_docs, tpath));
     }
     contents->tombstones.push_back(std::move(bits));
   }
@@ -708,6 +719,24 @@ absl::StatusOr<std::string> CorpusStore::WriteTombstones(
   return name;
 }
 
+absl::Status CorpusStore::WriteAndCommit(
+    const std::vector<SegmentToWrite>& segments) {
+  std::vector<StoredSegment> entries;
+  for (const SegmentToWrite& w : segments) {
+    StoredSegment e;
+    e.base_index = w.base_index;
+    e.num_docs = static_cast<int64_t>(w.data->ids.size());
+    e.shard = w.shard;
+    MAXSIMD_ASSIGN_OR_RETURN(e.file, WriteSegment(*w.data));
+    if (w.deleted != nullptr && !w.deleted->empty()) {
+      MAXSIMD_ASSIGN_OR_RETURN(e.tombstones,
+                               WriteTombstones(e.num_docs, *w.deleted));
+    }
+    entries.push_back(std::move(e));
+  }
+  return Commit(std::move(entries));
+}
+
 absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
   Manifest next = manifest_;
   next.segments = std::move(segments);
@@ -718,7 +747,7 @@ absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
 }
 
 void CorpusStore::CollectGarbage() {
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(dir_);
+  absl::StatusOr<std::vector<std::string>> names = ListFiles(dir_);
   if (!names.ok()) return;
   std::set<std::string> keep = {std::string(kManifestName)};
   for (const StoredSegment& s : manifest_.segments) {
@@ -732,51 +761,24 @@ void CorpusStore::CollectGarbage() {
 
 absl::Status WriteCorpusDirectory(const std::string& dir,
                                   const CorpusSnapshot& snapshot) {
-  const size_t parent_end = dir.find_last_of('/');
-  if (parent_end != std::string::npos && parent_end > 0) {
-    MAXSIMD_RETURN_IF_ERROR(MakeDirectories(dir.substr(0, parent_end)));
+  MAXSIMD_RETURN_IF_ERROR(MakeDirectories(ParentDir(dir)));
+  MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CorpusStore> store,
+                           CorpusStore::Create(dir, snapshot.config()));
+  std::vector<CorpusStore::SegmentToWrite> segments;
+  for (size_t i = 0; i < snapshot.segments().size(); ++i) {
+    const Segment& seg = *snapshot.segments()[i];
+    const TombstoneSet* dead = snapshot.tombstones(i);
+    segments.push_back({&seg.data(), dead != nullptr ? &dead->bits() : nullptr,
+                        seg.base_index(), seg.shard()});
   }
-  if (mkdir(dir.c_str(), 0755) != 0) {
-    if (errno == EEXIST) {
-      return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
-    }
-    return ErrnoStatus("mkdir", dir);
-  }
-  auto write = [&]() -> absl::Status {
-    Manifest m;
-    m.config = snapshot.config();
-    for (size_t i = 0; i < snapshot.segments().size(); ++i) {
-      const Segment& seg = *snapshot.segments()[i];
-      StoredSegment entry;
-      entry.file = absl::StrCat("seg-", m.next_file++, ".msd");
-      entry.base_index = seg.base_index();
-      entry.num_docs = seg.num_docs();
-      entry.shard = seg.shard();
-      MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(Join(dir, entry.file),
-                                               EncodeSegmentFile(seg.data())));
-      if (const TombstoneSet* dead = snapshot.tombstones(i); dead != nullptr) {
-        entry.tombstones = absl::StrCat("tomb-", m.next_file++, ".msd");
-        MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(
-            Join(dir, entry.tombstones),
-            EncodeTombstoneFile(seg.num_docs(), dead->bits())));
-      }
-      m.segments.push_back(std::move(entry));
-    }
-    MAXSIMD_RETURN_IF_ERROR(
-        ReplaceFileDurably(Join(dir, kManifestName), EncodeManifest(m)));
-    const size_t slash = dir.find_last_of('/');
-    return SyncDirectory(slash == std::string::npos ? "."
-                                                    : dir.substr(0, slash));
-  };
-  absl::Status s = write();
-  if (!s.ok()) (void)RemoveTree(dir);  // ours: mkdir above made it
+  absl::Status s = store->WriteAndCommit(segments);
+  if (!s.ok()) (void)RemoveTree(dir);  // ours: Create above made it
   return s;
 }
 
 absl::Status DestroyCorpusDirectory(const std::string& dir) {
+  const std::string parent = ParentDir(dir);
   const size_t slash = dir.find_last_of('/');
-  const std::string parent =
-      slash == std::string::npos ? "." : dir.substr(0, slash);
   const std::string base =
       slash == std::string::npos ? dir : dir.substr(slash + 1);
   std::string trash;
@@ -793,7 +795,7 @@ absl::Status DestroyCorpusDirectory(const std::string& dir) {
 
 absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           ListDirectory(corpora_dir));
+                           ListFiles(corpora_dir));
   for (const std::string& n : names) {
     if (absl::StartsWith(n, ".dropped-")) {
       MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(corpora_dir, n)));
@@ -805,7 +807,7 @@ absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
 absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
     const std::string& corpora_dir) {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           ListDirectory(corpora_dir));
+                           ListFiles(corpora_dir));
   std::vector<std::string> out;
   for (const std::string& n : names) {
     if (absl::StartsWith(n, ".")) continue;
@@ -816,10 +818,6 @@ absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
-  return ListDirectory(dir);
 }
 
 absl::Status MakeDirectories(const std::string& path) {

@@ -80,7 +80,8 @@ struct StoredCorpus {
 
 class CorpusStore {
  public:
-  // Makes `dir` (which must not exist) holding `config` and no documents.
+  // Makes `dir` holding `config` and no documents; ALREADY_EXISTS if `dir`
+  // exists.
   static absl::StatusOr<std::unique_ptr<CorpusStore>> Create(
       const std::string& dir, const CorpusConfig& config);
   // Reads `dir`'s manifest and every file it names into *contents, and
@@ -100,6 +101,18 @@ class CorpusStore {
   absl::StatusOr<std::string> WriteSegment(const SegmentData& data);
   absl::StatusOr<std::string> WriteTombstones(
       int64_t num_docs, const std::vector<uint32_t>& bits);
+
+  // One segment for WriteAndCommit: its arrays, its deleted-document bits
+  // (null or empty: none), where it starts and which shard holds it.
+  struct SegmentToWrite {
+    const SegmentData* data = nullptr;
+    const std::vector<uint32_t>* deleted = nullptr;
+    int64_t base_index = 0;
+    int32_t shard = 0;
+  };
+  // Writes every segment's files, then commits them as the whole state
+  // (the steps below, for a corpus written at once: a snapshot, a load).
+  absl::Status WriteAndCommit(const std::vector<SegmentToWrite>& segments);
 
   // Steps 2 and 3: makes `segments` the committed state. On error the
   // previous state stays committed (on disk and in manifest()).

@@ -63,10 +63,16 @@ class E2eTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::string Ctl(const std::string& args) {
+  // A maxsimctl command line against `target` (host:port).
+  static std::string CtlFor(const std::string& target,
+                            const std::string& args) {
     const char* ctl = std::getenv("MAXSIMD_E2E_CTL_BIN");
     return absl::StrCat(ctl != nullptr ? ctl : MAXSIMCTL_BIN,
-                        " --target=127.0.0.1:", port_, " ", args);
+                        " --target=", target, " ", args);
+  }
+  // ... against the fixture's server.
+  std::string Ctl(const std::string& args) {
+    return CtlFor(absl::StrCat("127.0.0.1:", port_), args);
   }
 
   static inline int counter_ = 0;
@@ -271,11 +277,7 @@ TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
   auto server = ::maxsimd::testing::ServerProcess::Start(
       {absl::StrCat("--files_dir=", d)});
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string ctl =
-      absl::StrCat(std::getenv("MAXSIMD_E2E_CTL_BIN") != nullptr
-                       ? std::getenv("MAXSIMD_E2E_CTL_BIN")
-                       : MAXSIMCTL_BIN,
-                   " --target=", (*server)->target(), " ");
+  const std::string ctl = CtlFor((*server)->target(), "");
   for (const char* name : {"viaserver_npy", "viaserver_st"}) {
     ASSERT_EQ(
         RunCommand(ctl + absl::StrCat("create --name ", name, " --dim 32"))
@@ -338,12 +340,8 @@ TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
     ASSERT_TRUE(client->CreateCorpus(create).ok());
     ASSERT_TRUE(client->AddDocuments("v1", docs).ok());
     ASSERT_TRUE(client->DeleteDocuments("v1", {"d3", "d7"}).ok());
-    const std::string ctl =
-        absl::StrCat(std::getenv("MAXSIMD_E2E_CTL_BIN") != nullptr
-                         ? std::getenv("MAXSIMD_E2E_CTL_BIN")
-                         : MAXSIMCTL_BIN,
-                     " --target=", (*server)->target());
-    auto [rc, out] = RunCommand(ctl + " alias --alias prod --corpus v1");
+    auto [rc, out] = RunCommand(
+        CtlFor((*server)->target(), "alias --alias prod --corpus v1"));
     ASSERT_EQ(rc, 0) << out;
     auto got = client->Rerank(q);
     ASSERT_TRUE(got.ok()) << got.status();
