@@ -25,11 +25,13 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=$root/.bundle
-tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test)
+tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
+  host_stream_test)
 
 # Service binaries and tests that also run on the GPU (path in the build).
 service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen
-  tests/index/sharded_corpus_test tests/e2e/service_test tests/e2e/e2e_test)
+  tests/index/sharded_corpus_test tests/index/placement_test
+  tests/e2e/service_test tests/e2e/e2e_test)
 
 build() {
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -64,7 +66,7 @@ service() {
   local out failed=0
   out=$(out_dir)
   if [[ -z ${SKIP_SERVICE_TESTS:-} ]]; then
-    for t in sharded_corpus_test service_test e2e_test; do
+    for t in sharded_corpus_test placement_test service_test e2e_test; do
       if MAXSIMD_E2E_SERVER_BIN=$bundle/bin/maxsimd \
         MAXSIMD_E2E_CTL_BIN=$bundle/bin/maxsimctl MAXSIMD_E2E_BACKEND=gpu \
         "$bundle/bin/$t" >"$out/$t.log" 2>&1; then
@@ -104,7 +106,7 @@ run() {
   done
   # The same scoring suites on the mma.sync kernels (the path of widths the
   # TMA kernel does not take).
-  for t in maxsim_scan_test maxsim_gather_test; do
+  for t in maxsim_scan_test maxsim_gather_test host_stream_test; do
     if MAXSIMD_TEST_KERNELS=mma "$bundle/bin/$t" --gtest_filter="${GTEST_FILTER:-*}" \
       >"$out/$t.mma.log" 2>&1; then
       :

@@ -401,18 +401,27 @@ int RunAdd(const Globals& g, const Flags& f) {
                           f.Get("chunk-mb"), "'")),
                       kExitUsage);
   }
+  if (f.Get("ids").empty() && f.Get("plaid").empty()) {
+    return PrintError(UsageError("--ids is required (except with --plaid)"),
+                      kExitUsage);
+  }
   return Finish([&]() -> absl::Status {
     DocumentFiles files;
     files.tokens_npy = f.Get("tokens");
     files.cu_seqlens_npy = f.Get("cu-seqlens");
     files.safetensors = f.Get("safetensors");
+    files.plaid_dir = f.Get("plaid");
     files.ids = f.Get("ids");
     // The importer refuses these combinations too; here they are a usage
     // error naming the flags.
-    if (files.safetensors.empty() ==
-        (files.tokens_npy.empty() || files.cu_seqlens_npy.empty())) {
+    const bool npy = !files.tokens_npy.empty() || !files.cu_seqlens_npy.empty();
+    if (int{npy} + int{!files.safetensors.empty()} +
+                int{!files.plaid_dir.empty()} !=
+            1 ||
+        (npy && (files.tokens_npy.empty() || files.cu_seqlens_npy.empty()))) {
       return UsageError(
-          "give either --safetensors, or both --tokens and --cu-seqlens");
+          "give one of --safetensors, --plaid, or both --tokens and "
+          "--cu-seqlens");
     }
     MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
     DocumentBatch batch;
@@ -658,6 +667,10 @@ int RunLoad(const Globals& g, const Flags& f) {
 }
 
 int RunImport(const Globals& g, const Flags& f) {
+  if (f.Get("ids").empty() && f.Get("plaid").empty()) {
+    return PrintError(UsageError("--ids is required (except with --plaid)"),
+                      kExitUsage);
+  }
   return Finish([&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
     v1::ImportDocumentsRequest request;
@@ -665,6 +678,7 @@ int RunImport(const Globals& g, const Flags& f) {
     request.set_tokens_npy(f.Get("tokens"));
     request.set_cu_seqlens_npy(f.Get("cu-seqlens"));
     request.set_safetensors(f.Get("safetensors"));
+    request.set_plaid_dir(f.Get("plaid"));
     request.set_ids(f.Get("ids"));
     MAXSIMD_ASSIGN_OR_RETURN(v1::AddDocumentsResponse response,
                              client->ImportDocuments(request));
@@ -879,8 +893,8 @@ const std::vector<CommandDef>& Commands() {
         {"placement", "auto|gpu|host", "where the tokens live", "auto", false}},
        RunCreate},
       {"add",
-       "add documents from .npy or safetensors files (one atomic, chunked "
-       "stream)",
+       "add documents from .npy, safetensors or PLAID index files (one "
+       "atomic, chunked stream)",
        {{"corpus", "N", "target corpus", nullptr, true},
         {"tokens", "tokens.npy", "float32 or float16 [T, dim] token rows", "",
          false},
@@ -890,8 +904,14 @@ const std::vector<CommandDef>& Commands() {
          "instead of --tokens/--cu-seqlens: tensors \"tokens\" [T, dim] "
          "(F32/F16/BF16) and \"cu_seqlens\" [N+1] (I64/I32)",
          "", false},
-        {"ids", "ids.txt", "document ids, one per line (N lines)", nullptr,
-         true},
+        {"plaid", "DIR",
+         "instead: a PLAID index directory (ColBERT v2 or fast-plaid), "
+         "decompressed into dense tokens",
+         "", false},
+        {"ids", "ids.txt",
+         "document ids, one per line (N lines); required except with "
+         "--plaid, where they default to the passage ids 0, 1, ...",
+         "", false},
         {"chunk-mb", "MB", "token bytes per stream message", "8", false}},
        RunAdd},
       {"query",
@@ -935,7 +955,14 @@ const std::vector<CommandDef>& Commands() {
          false},
         {"safetensors", "P",
          "instead of the two .npy files: a safetensors file", "", false},
-        {"ids", "P", "ids file, relative to --files_dir", nullptr, true}},
+        {"plaid", "DIR",
+         "instead: a PLAID index directory (ColBERT v2 or fast-plaid), "
+         "relative to --files_dir, decompressed into dense tokens",
+         "", false},
+        {"ids", "P",
+         "ids file, relative to --files_dir; required except with --plaid, "
+         "where the ids default to the passage ids 0, 1, ...",
+         "", false}},
        RunImport},
       {"snapshot",
        "write a corpus snapshot under the server's --files_dir",

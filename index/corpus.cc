@@ -101,6 +101,9 @@ CorpusSnapshot::CorpusSnapshot(
   for (size_t s = 0; s < segments_.size(); ++s) {
     const Segment& seg = *segments_[s];
     bytes_ += seg.bytes();
+    if (seg.streamed()) {
+      streamed_bytes_ += static_cast<int64_t>(seg.data().tokens.size());
+    }
     live_docs_ += seg.num_docs();
     live_tokens_ += seg.num_tokens();
     if (const TombstoneSet* t = tombstones_[s].get()) {
@@ -154,7 +157,7 @@ std::vector<SegmentRef> CorpusSnapshot::SegmentRefs() const {
     refs.push_back(
         {segments_[s]->HostView(t ? t->host_bits() : nullptr),
          segments_[s]->ResidentView(t ? t->resident_bits() : nullptr),
-         segments_[s]->shard()});
+         segments_[s]->shard(), segments_[s]->streamed()});
   }
   return refs;
 }
@@ -299,7 +302,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
     MAXSIMD_ASSIGN_OR_RETURN(
         std::shared_ptr<const Segment> segment,
         Segment::Create(std::move(contents.segments[i]), stored[i].base_index,
-                        backend, shard));
+                        backend, shard, config.placement));
     std::shared_ptr<const TombstoneSet> dead;
     if (!contents.tombstones[i].empty()) {
       MAXSIMD_ASSIGN_OR_RETURN(
@@ -414,8 +417,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> Corpus::NewSegmentLocked(
     stored->push_back(
         {*file, "", base_index, static_cast<int64_t>(data.ids.size()), shard});
   }
-  absl::StatusOr<std::shared_ptr<const Segment>> segment =
-      Segment::Create(std::move(data), base_index, backend_, shard);
+  absl::StatusOr<std::shared_ptr<const Segment>> segment = Segment::Create(
+      std::move(data), base_index, backend_, shard, config_.placement);
   if (!segment.ok()) return AbandonLocked(segment.status());
   return segment;
 }

@@ -31,7 +31,6 @@
 namespace maxsimd {
 
 enum class Layout { kDense, kInt8, kPlaid };
-enum class Placement { kAuto, kGpu, kHost };
 
 struct CorpusConfig {
   std::string name;
@@ -81,6 +80,8 @@ class CorpusSnapshot {
   int64_t live_tokens() const { return live_tokens_; }
   int64_t deleted_docs() const { return deleted_docs_; }
   int64_t bytes() const { return bytes_; }
+  // Token bytes of the segments kept in host memory and streamed per search.
+  int64_t streamed_bytes() const { return streamed_bytes_; }
   // Internal index that the next appended document will get.
   int64_t next_index() const;
 
@@ -101,6 +102,7 @@ class CorpusSnapshot {
   int64_t live_tokens_ = 0;
   int64_t deleted_docs_ = 0;
   int64_t bytes_ = 0;
+  int64_t streamed_bytes_ = 0;
 };
 
 // Accumulates the documents of one AddDocuments stream, converting tokens to

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "index/npy.h"
+#include "index/plaid.h"
 #include "index/safetensors.h"
 #include "kernels/status_macros.h"
 
@@ -26,13 +27,38 @@ absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
   return lines;
 }
 
+absl::StatusOr<std::string> ReadInputFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (!in || size < 0) {
+    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.read(bytes.data(), size);
+  if (in.gcount() != size) {
+    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+  }
+  return bytes;
+}
+
 absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& f) {
   const bool npy = !f.tokens_npy.empty() || !f.cu_seqlens_npy.empty();
-  if (npy == !f.safetensors.empty() ||
+  const int sources =
+      int{npy} + int{!f.safetensors.empty()} + int{!f.plaid_dir.empty()};
+  if (sources != 1 ||
       (npy && (f.tokens_npy.empty() || f.cu_seqlens_npy.empty()))) {
     return absl::InvalidArgumentError(
-        "give either a safetensors file, or both a tokens and a cu_seqlens "
-        ".npy file");
+        "give one of: a safetensors file, both a tokens and a cu_seqlens "
+        ".npy file, or a PLAID index directory");
+  }
+  if (!f.plaid_dir.empty()) {
+    PlaidOptions options;
+    options.ids = f.ids;
+    options.max_token_values = f.max_token_values;
+    return ReadPlaidIndex(f.plaid_dir, options);
   }
   if (f.ids.empty()) return absl::InvalidArgumentError("an ids file is needed");
   ImportedDocuments out;

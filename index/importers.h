@@ -4,11 +4,14 @@
 //     .npy [N + 1] (int64 or int32),
 //   - or one safetensors file with tensors "tokens" and "cu_seqlens"
 //     (index/safetensors.h),
-// and the ids in a text file, one per line (blank lines skipped).
+//   - or a PLAID index directory written by ColBERT v2 or fast-plaid,
+//     decompressed into dense tokens (index/plaid.h),
+// and the ids in a text file, one per line (blank lines skipped); a PLAID
+// index may go without one (its passage ids "0", "1", ... are used).
 //
 // Errors: NOT_FOUND for a missing file, DATA_LOSS for a malformed one,
 // INVALID_ARGUMENT for shapes, dtypes or counts that do not fit together
-// (the message names the file).
+// (the message names the file), RESOURCE_EXHAUSTED past max_token_values.
 // Thread-safety: pure functions.
 #ifndef MAXSIMD_INDEX_IMPORTERS_H_
 #define MAXSIMD_INDEX_IMPORTERS_H_
@@ -24,8 +27,13 @@ namespace maxsimd {
 struct DocumentFiles {
   std::string tokens_npy;      // with cu_seqlens_npy, or
   std::string cu_seqlens_npy;  //
-  std::string safetensors;     // instead of both
-  std::string ids;             // required
+  std::string safetensors;     // instead of both, or
+  std::string plaid_dir;       // a PLAID index directory instead
+  std::string ids;             // required, except with plaid_dir
+  // When > 0, a PLAID index that would decompress to more token values
+  // (tokens x dim) is refused with RESOURCE_EXHAUSTED before it is decoded.
+  // The other sources are bounded by their file sizes already.
+  int64_t max_token_values = 0;
 };
 
 struct ImportedDocuments {
@@ -40,6 +48,11 @@ absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& files);
 
 // The non-blank lines of a text file, trimmed.
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
+
+// The whole of a user-given file: NOT_FOUND when it does not exist,
+// DATA_LOSS naming it when it cannot be read. (storage.h's ReadWholeFile
+// says DATA_LOSS for a missing file, as a corpus directory must be whole.)
+absl::StatusOr<std::string> ReadInputFile(const std::string& path);
 
 }  // namespace maxsimd
 

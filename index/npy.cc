@@ -42,6 +42,7 @@ int64_t DescrSize(absl::string_view descr) {
   if (descr == "<f4" || descr == "<i4") return 4;
   if (descr == "<f2" || descr == "<u2") return 2;
   if (descr == "<i8") return 8;
+  if (descr == "|u1" || descr == "<u1") return 1;  // fast-plaid residuals
   return 0;
 }
 
@@ -376,7 +377,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
   if (element_size == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("npy file '", name, "': unsupported dtype '", array.descr,
-                     "' (supported: <f4, <f2, <u2, <i8, <i4)"));
+                     "' (supported: <f4, <f2, <u2, <i8, <i4, |u1)"));
   }
   if (fortran->boolean) {
     return absl::InvalidArgumentError(absl::StrCat(

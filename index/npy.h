@@ -2,8 +2,10 @@
 // used by maxsimctl and the importers to exchange token arrays.
 //
 // Supported element types: little-endian float32 ('<f4'), float16 ('<f2'),
-// int64 ('<i8'), int32 ('<i4'), and bfloat16 stored as uint16 ('<u2') when
-// the caller says so. C order only; Fortran-order arrays are rejected.
+// int64 ('<i8'), int32 ('<i4'), bfloat16 stored as uint16 ('<u2') when
+// the caller says so, and uint8 ('|u1', also read as '<u1'; fast-plaid's
+// packed residuals, index/plaid.h). C order only; Fortran-order arrays are
+// rejected.
 //
 // Errors: NOT_FOUND for a missing file, DATA_LOSS for a malformed or
 // truncated file (the message names the file and what is wrong),

@@ -8,7 +8,8 @@ Segment::Segment(SegmentData data, int64_t base_index)
     : data_(std::move(data)), base_index_(base_index) {}
 
 absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
-    SegmentData data, int64_t base_index, Backend* backend, int shard) {
+    SegmentData data, int64_t base_index, Backend* backend, int shard,
+    Placement placement) {
   std::shared_ptr<Segment> seg(new Segment(std::move(data), base_index));
   seg->shard_ = shard;
   Backend* store = backend->shard(shard);
@@ -17,9 +18,23 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
   }
   // An empty token array still gets a (zero-byte) buffer so views are valid.
-  MAXSIMD_ASSIGN_OR_RETURN(
-      seg->resident_tokens_,
-      store->Upload(seg->data_.tokens.data(), seg->data_.tokens.size()));
+  const void* tokens = seg->data_.tokens.data();
+  const size_t token_bytes = seg->data_.tokens.size();
+  if (placement == Placement::kHost) {
+    MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
+                             store->Pin(tokens, token_bytes));
+    seg->streamed_ = true;
+  } else {
+    absl::StatusOr<std::unique_ptr<ResidentBuffer>> copy =
+        store->Upload(tokens, token_bytes);
+    if (placement == Placement::kAuto &&
+        absl::IsResourceExhausted(copy.status())) {
+      copy = store->Pin(tokens, token_bytes);
+      seg->streamed_ = true;
+    }
+    if (!copy.ok()) return copy.status();
+    seg->resident_tokens_ = *std::move(copy);
+  }
   MAXSIMD_ASSIGN_OR_RETURN(
       seg->resident_cu_seqlens_,
       store->Upload(seg->data_.cu_seqlens.data(),

@@ -26,6 +26,14 @@
 
 namespace maxsimd {
 
+// Where a segment's tokens live. kGpu: a resident copy (Backend::Upload).
+// kHost: the host array itself, page-locked (Backend::Pin) and streamed to
+// the device by each search. kAuto: resident while the backend's corpus
+// budget and memory have room, host otherwise. Offsets and tombstones are
+// resident in every case. Values are part of the manifest format
+// (index/FORMAT.md).
+enum class Placement { kAuto, kGpu, kHost };
+
 // Documents ready to become a segment: validated, converted to the storage
 // dtype and (when the corpus asks) L2-normalised.
 struct SegmentData {
@@ -38,14 +46,18 @@ struct SegmentData {
 
 class Segment {
  public:
-  // Uploads the arrays to shard `shard` of `backend` and indexes the ids.
-  // `base_index` is the internal index of the first document. Errors:
-  // RESOURCE_EXHAUSTED when the shard has no room (nothing is kept).
+  // Places the arrays on shard `shard` of `backend` as `placement` asks
+  // and indexes the ids. `base_index` is the internal index of the first
+  // document. Errors: RESOURCE_EXHAUSTED when the shard has no room under
+  // that placement (nothing is kept).
   static absl::StatusOr<std::shared_ptr<const Segment>> Create(
-      SegmentData data, int64_t base_index, Backend* backend, int shard = 0);
+      SegmentData data, int64_t base_index, Backend* backend, int shard = 0,
+      Placement placement = Placement::kGpu);
 
   int64_t base_index() const { return base_index_; }
   int shard() const { return shard_; }
+  // True when the tokens stay in host memory and are streamed per search.
+  bool streamed() const { return streamed_; }
   int64_t num_docs() const { return static_cast<int64_t>(data_.ids.size()); }
   int64_t num_tokens() const { return data_.cu_seqlens.back(); }
   int64_t doc_tokens(int64_t doc) const {
@@ -75,6 +87,7 @@ class Segment {
   SegmentData data_;
   int64_t base_index_ = 0;
   int shard_ = 0;
+  bool streamed_ = false;
   absl::flat_hash_map<std::string, int64_t> rows_;
   std::unique_ptr<ResidentBuffer> resident_tokens_;
   std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;

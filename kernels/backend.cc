@@ -74,10 +74,17 @@ absl::Status ValidateSearchParams(const SearchParams& p,
 
 absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
                                int64_t bytes, int64_t budget) {
+  return CheckBudget("Upload", "--corpus_budget_bytes", backend, held, bytes,
+                     budget);
+}
+
+absl::Status CheckBudget(const char* what, const char* flag,
+                         const std::string& backend, int64_t held,
+                         int64_t bytes, int64_t budget) {
   if (budget <= 0 || held + bytes <= budget) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "Upload: ", bytes, " more bytes would take the corpora on ", backend,
-      " to ", held + bytes, " bytes; --corpus_budget_bytes is ", budget));
+      what, ": ", bytes, " more bytes would take the corpora on ", backend,
+      " to ", held + bytes, " bytes; ", flag, " is ", budget));
 }
 
 }  // namespace maxsimd

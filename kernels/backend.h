@@ -51,6 +51,12 @@ struct SegmentRef {
   // The shard holding the resident view (Backend::shard); 0 on a backend
   // with one shard.
   int32_t shard = 0;
+  // resident.tokens is host memory made readable by Backend::Pin rather
+  // than a resident copy: the GPU backend streams it to the device per
+  // search (a scan in chunks through double buffers, a rerank as the
+  // candidates' rows only). resident.cu_seqlens and resident.tombstones
+  // are resident as usual.
+  bool streamed = false;
 };
 
 // One batch of queries. Either every query scans all live documents of every
@@ -127,6 +133,7 @@ struct SearchTiming {
 struct DeviceMemory {
   int device = 0;
   int64_t corpus_bytes = 0;     // resident arrays returned by Upload()
+  int64_t pinned_bytes = 0;     // host arrays page-locked by Pin()
   int64_t workspace_bytes = 0;  // search workspaces, allocated at start-up
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
@@ -136,6 +143,11 @@ struct DeviceMemory {
 // bytes `held` by live buffers: OK, or RESOURCE_EXHAUSTED naming the flag.
 absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
                                int64_t bytes, int64_t budget);
+// The same for any budget: `what` prefixes the message ("Pin"), `flag`
+// names the flag that sets `budget`.
+absl::Status CheckBudget(const char* what, const char* flag,
+                         const std::string& backend, int64_t held,
+                         int64_t bytes, int64_t budget);
 
 // Limits a backend sizes its workspace for at start-up. A batch beyond them
 // is refused with INVALID_ARGUMENT naming the limit.
@@ -161,6 +173,17 @@ class Backend {
   // --corpus_budget_bytes); the caller's state is untouched.
   virtual absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
       const void* host, size_t bytes) = 0;
+
+  // Makes `bytes` bytes of host memory at `host` readable by Search() in
+  // place, for a SegmentRef marked `streamed`: the returned buffer's data()
+  // is `host`, which the caller keeps alive and unchanged for the buffer's
+  // life. The GPU backend page-locks the range (so that its copies to the
+  // device run at full speed) and counts it against its pinned budget; a
+  // backend that computes from host memory returns a plain view. Errors:
+  // RESOURCE_EXHAUSTED past the pinned budget (the message names
+  // --pinned_budget_bytes) or when the system refuses to lock the range.
+  virtual absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                              size_t bytes) = 0;
 
   // Ranks documents for every query of `params`. results[i] receives query
   // i's top min(top_k[i], live documents) entries in RanksBefore order.

@@ -8,6 +8,13 @@
 //   gather: zero scores, one MaxSim gather launch over every (query,
 //           candidate) record, top-k select, D2H
 //
+// Host-placed segments (SegmentRef::streamed) keep their tokens in pinned
+// host memory. A scan copies them on the worker's copy stream, in chunks of
+// whole documents, into two device buffers in turn, so chunk i + 1's copy
+// overlaps chunk i's kernels; the kernels read a buffer at row_base. A
+// rerank packs its host-placed candidates' rows into pinned buffers in
+// rounds (several threads), copies each round, and scores its work units.
+//
 // Two kernel families score: the Hopper TMA + wgmma kernel (maxsim_tma.h)
 // wherever it applies, with queries staged in its swizzled tile layout and a
 // tensor map per segment; the mma.sync kernels (maxsim_scan.h,
@@ -34,6 +41,7 @@
 #include "kernels/maxsim_scan.h"
 #include "kernels/maxsim_tma.h"
 #include "kernels/status_macros.h"
+#include "kernels/thread_pool.h"
 #include "kernels/topk.h"
 
 namespace maxsimd {
@@ -47,6 +55,11 @@ constexpr size_t kAlign = 256;
 constexpr int kTimingPairs = 32;
 // Segments one search may touch on the TMA path (a tensor map each).
 constexpr int64_t kMaxTmaSegments = 1024;
+// Buffers per worker for streaming host-placed tokens (double buffering).
+constexpr int kStreamBuffers = 2;
+// Threads per worker packing a rerank's host-placed rows: one thread's
+// memcpy moves about 8 GB/s, a few keep up with the bus.
+constexpr int kPackThreads = 4;
 
 size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -115,6 +128,34 @@ class DeviceBuffer final : public ResidentBuffer {
   std::shared_ptr<std::atomic<int64_t>> held_;
 };
 
+// One Pin()'s page lock on host memory the caller owns. `held` counts the
+// bytes of every live pinned buffer of its backend.
+class PinnedBuffer final : public ResidentBuffer {
+ public:
+  PinnedBuffer(const void* ptr, size_t bytes, bool registered,
+               std::shared_ptr<std::atomic<int64_t>> held)
+      : ptr_(ptr),
+        bytes_(bytes),
+        registered_(registered),
+        held_(std::move(held)) {
+    held_->fetch_add(static_cast<int64_t>(bytes_));
+  }
+  ~PinnedBuffer() override {
+    held_->fetch_sub(static_cast<int64_t>(bytes_));
+    if (registered_) {
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaHostUnregister(const_cast<void*>(ptr_)));
+    }
+  }
+  const void* data() const override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  const void* ptr_;
+  size_t bytes_;
+  bool registered_;
+  std::shared_ptr<std::atomic<int64_t>> held_;
+};
+
 // Offsets of one request's inputs inside the staging blob; the pinned and
 // device blobs share the layout, so one H2D copy moves them all.
 struct InputLayout {
@@ -161,6 +202,64 @@ int64_t MaxTiles(const BackendLimits& limits) {
          limits.max_batch_queries;
 }
 
+// A rerank candidate of a host-placed segment: gather record `record`,
+// whose `len` rows at `src` (pinned host memory) take rows [row, row + len)
+// of the packed order of all such candidates' rows.
+struct StreamedRecord {
+  int64_t record = 0;
+  const char* src = nullptr;
+  int64_t len = 0;
+  int64_t row = 0;
+};
+
+// Work units [unit_begin, unit_end) of a rerank whose host-placed rows,
+// streamed_recs [rec_begin, rec_end) = packed rows [row_begin, row_begin +
+// rows), fit one stream buffer.
+struct StreamRound {
+  int64_t unit_begin = 0, unit_end = 0;
+  size_t rec_begin = 0, rec_end = 0;
+  int64_t row_begin = 0, rows = 0;
+};
+
+// Splits the work units (each a contiguous run of records, in record
+// order) into rounds of about `target_rows` host-placed rows, never more
+// than `buffer_rows` (a unit past the target goes alone).
+absl::Status PlanStreamedRounds(const GatherTile* units, int64_t num_units,
+                                int64_t buffer_rows, int64_t target_rows,
+                                const std::vector<StreamedRecord>& recs,
+                                std::vector<StreamRound>* rounds) {
+  StreamRound cur;
+  size_t k = 0;
+  for (int64_t u = 0; u < num_units; ++u) {
+    size_t end = k;
+    int64_t rows = 0;
+    while (end < recs.size() && recs[end].record < units[u].rec_end) {
+      rows += recs[end++].len;
+    }
+    if (rows > buffer_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GpuBackend::Search: one work unit's host-placed candidates hold ",
+          rows, " token rows, a stream buffer ", buffer_rows,
+          " (stream_buffer_bytes / (2 x dim))"));
+    }
+    if (cur.rows > 0 && cur.rows + rows > target_rows) {
+      cur.unit_end = u;
+      cur.rec_end = k;
+      rounds->push_back(cur);
+      cur = StreamRound();
+      cur.unit_begin = u;
+      cur.rec_begin = k;
+      cur.row_begin = recs[k].row;
+    }
+    cur.rows += rows;
+    k = end;
+  }
+  cur.unit_end = num_units;
+  cur.rec_end = k;
+  rounds->push_back(cur);
+  return absl::OkStatus();
+}
+
 // One worker slot. Owned by the backend; used by one Search() at a time.
 struct Worker {
   cudaStream_t stream = nullptr;
@@ -176,6 +275,17 @@ struct Worker {
   int64_t score_entries = 0;
   uint64_t* topk = nullptr;  // [max_batch_queries, kMaxTopK]
   TopKWorkspace ws;
+  // Streaming of host-placed tokens (GpuBackendOptions::stream_buffer_bytes;
+  // all null when it is 0): copies run on copy_stream into dev_stream[b]
+  // (from pinned_stream[b] for a rerank's gathered rows); copied[b] marks a
+  // copy done, consumed[b] the kernels reading dev_stream[b] done.
+  cudaStream_t copy_stream = nullptr;
+  char* dev_stream[kStreamBuffers] = {};
+  char* pinned_stream[kStreamBuffers] = {};
+  cudaEvent_t copied[kStreamBuffers] = {}, consumed[kStreamBuffers] = {};
+  cudaEvent_t stream_first = nullptr, stream_last = nullptr;  // timing
+  // Threads that gather a rerank's host-placed rows into pinned_stream.
+  std::unique_ptr<ThreadPool> pack_pool;
 };
 
 class GpuBackendImpl final : public Backend {
@@ -194,6 +304,8 @@ class GpuBackendImpl final : public Backend {
   const BackendLimits& limits() const override { return options_.limits; }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
                                                          size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                      size_t bytes) override;
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
@@ -220,6 +332,8 @@ class GpuBackendImpl final : public Backend {
   std::atomic<bool> healthy_{true};
   std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =
       std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> pinned_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   int64_t workspace_bytes_ = 0;  // device bytes of the workers, set by Init
   cudaStream_t upload_stream_ = nullptr;
   absl::Mutex upload_mu_;  // serialises Upload()'s budget check and malloc
@@ -233,9 +347,21 @@ GpuBackendImpl::~GpuBackendImpl() {
   for (Worker& w : workers_) {
     if (w.stream != nullptr)
       MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.stream));
-    for (cudaEvent_t e : {w.start, w.staged, w.scored, w.done}) {
+    if (w.copy_stream != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.copy_stream));
+    for (cudaEvent_t e :
+         {w.start, w.staged, w.scored, w.done, w.stream_first, w.stream_last,
+          w.copied[0], w.copied[1], w.consumed[0], w.consumed[1]}) {
       if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     }
+    for (int b = 0; b < kStreamBuffers; ++b) {
+      if (w.dev_stream[b])
+        MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(w.dev_stream[b]));
+      if (w.pinned_stream[b])
+        MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w.pinned_stream[b]));
+    }
+    if (w.copy_stream != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(w.copy_stream));
     for (auto& p : w.pair) {
       for (cudaEvent_t e : p) {
         if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
@@ -290,8 +416,8 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   }
   const InputLayout cap = InputLayout::Make(
       options_.max_query_elements * 2, lim.max_batch_query_tokens,
-      lim.max_batch_queries, 2 * kMaxTmaSegments, lim.max_batch_candidates,
-      MaxTiles(lim));
+      lim.max_batch_queries, 2 * (kMaxTmaSegments + kStreamBuffers),
+      lim.max_batch_candidates, MaxTiles(lim));
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
                                    w->in_bytes, cudaHostAllocDefault));
@@ -319,6 +445,26 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   workspace_bytes_ += static_cast<int64_t>(
       w->in_bytes + (topk_entries + 2 * w->ws.entries) * sizeof(uint64_t) +
       w->score_entries * sizeof(float));
+  if (options_.stream_buffer_bytes > 0) {
+    MAXSIMD_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&w->copy_stream, cudaStreamNonBlocking));
+    MAXSIMD_CUDA_CHECK(cudaEventCreate(&w->stream_first));
+    MAXSIMD_CUDA_CHECK(cudaEventCreate(&w->stream_last));
+    const size_t bytes = static_cast<size_t>(options_.stream_buffer_bytes);
+    for (int b = 0; b < kStreamBuffers; ++b) {
+      MAXSIMD_CUDA_CHECK(
+          cudaEventCreateWithFlags(&w->copied[b], cudaEventDisableTiming));
+      MAXSIMD_CUDA_CHECK(
+          cudaEventCreateWithFlags(&w->consumed[b], cudaEventDisableTiming));
+      MAXSIMD_CUDA_CHECK(
+          cudaMalloc(reinterpret_cast<void**>(&w->dev_stream[b]), bytes));
+      MAXSIMD_CUDA_CHECK(
+          cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_stream[b]), bytes,
+                        cudaHostAllocDefault));
+    }
+    workspace_bytes_ += kStreamBuffers * options_.stream_buffer_bytes;
+    w->pack_pool = std::make_unique<ThreadPool>(kPackThreads);
+  }
   return absl::OkStatus();
 }
 
@@ -326,6 +472,7 @@ std::vector<DeviceMemory> GpuBackendImpl::Memory() const {
   DeviceMemory m;
   m.device = options_.device;
   m.corpus_bytes = corpus_bytes_->load();
+  m.pinned_bytes = pinned_bytes_->load();
   m.workspace_bytes = workspace_bytes_;
   DeviceGuard guard(options_.device);
   size_t free_bytes = 0, total_bytes = 0;
@@ -402,6 +549,40 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
   return std::unique_ptr<ResidentBuffer>(std::move(buffer));
 }
 
+absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Pin(
+    const void* host, size_t bytes) {
+  if (!healthy_.load()) {
+    return absl::UnavailableError("GpuBackend::Pin: the device has failed");
+  }
+  if (options_.stream_buffer_bytes <= 0) {
+    return absl::FailedPreconditionError(
+        "GpuBackend::Pin: stream_buffer_bytes is 0, so host-placed tokens "
+        "have no buffers to stream through (--stream_buffer_bytes)");
+  }
+  NvtxRange range("maxsimd.pin");
+  DeviceGuard guard(options_.device);
+  absl::MutexLock upload_lock(&upload_mu_);
+  MAXSIMD_RETURN_IF_ERROR(
+      CheckBudget("Pin", "--pinned_budget_bytes", name(), pinned_bytes_->load(),
+                  static_cast<int64_t>(bytes), options_.pinned_budget_bytes));
+  if (bytes == 0) {
+    return std::unique_ptr<ResidentBuffer>(
+        new PinnedBuffer(host, 0, false, pinned_bytes_));
+  }
+  // Portable: every device's streams may copy from it (a sharded backend
+  // streams a segment through the GPU of its shard).
+  const cudaError_t err = cudaHostRegister(const_cast<void*>(host), bytes,
+                                           cudaHostRegisterPortable);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: nothing on the device changed
+    return absl::ResourceExhaustedError(
+        absl::StrCat("GpuBackend::Pin: cannot page-lock ", bytes,
+                     " bytes of host memory: ", cudaGetErrorString(err)));
+  }
+  return std::unique_ptr<ResidentBuffer>(
+      new PinnedBuffer(host, bytes, true, pinned_bytes_));
+}
+
 absl::Status GpuBackendImpl::Search(const SearchParams& params,
                                     absl::Span<std::vector<ScoredDoc>> results,
                                     SearchTiming* timing) {
@@ -426,6 +607,11 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
       return absl::InvalidArgumentError(absl::StrCat(
           "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),
           " but segments[0] is ", DTypeName(dtype), "; one batch, one dtype"));
+    }
+    if (params.segments[s].streamed && options_.stream_buffer_bytes <= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GpuBackend::Search: segments[", s,
+                       "] is host-placed and stream_buffer_bytes is 0"));
     }
     if (reinterpret_cast<uintptr_t>(v.tokens) % 16 != 0) {
       return absl::InvalidArgumentError(
@@ -453,8 +639,11 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   const int index = AcquireWorker();
   absl::Status st = RunSearch(workers_[index], params, dtype, results, timing);
   if (!st.ok()) {
-    // Leave the slot's stream idle for the next user.
+    // Leave the slot's streams idle for the next user.
     (void)cudaStreamSynchronize(workers_[index].stream);
+    if (workers_[index].copy_stream != nullptr) {
+      (void)cudaStreamSynchronize(workers_[index].copy_stream);
+    }
   }
   ReleaseWorker(index);
   return Sticky(st);
@@ -467,7 +656,9 @@ TmaPlan GpuBackendImpl::PlanTma(const SearchParams& p, bool gather) const {
     return plan;
   }
   for (const SegmentRef& seg : p.segments) {
-    if (seg.resident.num_tokens >= (int64_t{1} << 31)) return plan;
+    if (!seg.streamed && seg.resident.num_tokens >= (int64_t{1} << 31)) {
+      return plan;
+    }
   }
   const int32_t nq = p.num_queries;
   auto rows_of = [&p](int32_t q) {
@@ -506,6 +697,15 @@ absl::Status GpuBackendImpl::RunSearch(
   const int32_t dpad = PaddedDim(dim);
   const int64_t rows = p.query_offsets[nq];
   const bool gather = p.candidate_offsets != nullptr;
+  const int64_t nseg = static_cast<int64_t>(p.segments.size());
+  // Host-placed segments stream through the worker's buffers, whose tensor
+  // maps take the slots after the segments' (nseg + b).
+  const bool any_streamed =
+      std::any_of(p.segments.begin(), p.segments.end(),
+                  [](const SegmentRef& ref) { return ref.streamed; });
+  const int64_t row_bytes = int64_t{dim} * 2;
+  const int64_t stream_rows =
+      any_streamed ? options_.stream_buffer_bytes / row_bytes : 0;
   int32_t kmax = 1;
   bool empty_query = false;  // its scores are 0, which the kernels never write
   for (int32_t q = 0; q < nq; ++q) {
@@ -558,11 +758,15 @@ absl::Status GpuBackendImpl::RunSearch(
   const int64_t query_bytes =
       tma.on ? tma.tiles * TmaTileBytes(tma.warpgroups, tma.dpad)
              : rows * dpad * 2;
+  const int64_t map_slots = nseg + (any_streamed ? kStreamBuffers : 0);
   const InputLayout cap = InputLayout::Make(
-      query_bytes, rows, nq,
-      tma.on ? 2 * static_cast<int64_t>(p.segments.size()) : 0,
-      total_candidates, gather ? total_candidates / per_unit + nq : 0);
+      query_bytes, rows, nq, tma.on ? 2 * map_slots : 0, total_candidates,
+      gather ? total_candidates / per_unit + nq : 0);
   char* in = w.pinned_in;
+  // A rerank's host-placed candidates, gathered into the stream buffers in
+  // rounds (alternating buffers).
+  std::vector<StreamedRecord> streamed_recs;
+  std::vector<StreamRound> rounds;
 
   // ---- Stage queries: fp32 -> dtype; row-major rows padded to dpad with
   // zeros for the mma.sync kernels, swizzled tiles for the TMA kernel.
@@ -587,11 +791,19 @@ absl::Status GpuBackendImpl::RunSearch(
         }
       }
       TensorMapBytes* maps = reinterpret_cast<TensorMapBytes*>(in + cap.maps);
-      for (size_t s = 0; s < p.segments.size(); ++s) {
-        const SegmentView& v = p.segments[s].resident;
+      for (int64_t s = 0; s < map_slots; ++s) {
+        const bool buffer = s >= nseg;
+        if (!buffer && p.segments[s].streamed) {
+          std::memset(&maps[2 * s], 0, 2 * sizeof(TensorMapBytes));  // unused
+          continue;
+        }
+        const void* tokens =
+            buffer ? w.dev_stream[s - nseg] : p.segments[s].resident.tokens;
+        const int64_t num_tokens =
+            buffer ? stream_rows : p.segments[s].resident.num_tokens;
         for (int b = 0; b < 2; ++b) {
-          MAXSIMD_RETURN_IF_ERROR(EncodeTokenMap(dtype, v.tokens, v.num_tokens,
-                                                 dim, kTmaBoxRows[b],
+          MAXSIMD_RETURN_IF_ERROR(EncodeTokenMap(dtype, tokens, num_tokens, dim,
+                                                 kTmaBoxRows[b],
                                                  &maps[2 * s + b]));
         }
       }
@@ -619,6 +831,7 @@ absl::Status GpuBackendImpl::RunSearch(
       TmaRecord* tma_recs = reinterpret_cast<TmaRecord*>(in + cap.records);
       GatherTile* tiles = reinterpret_cast<GatherTile*>(in + cap.tiles);
       rec_offsets[0] = 0;
+      size_t next_streamed = 0;  // streamed_recs entry of the next unit record
       for (int32_t q = 0; q < nq; ++q) {
         const int64_t first = num_records;
         for (int64_t c = p.candidate_offsets[q]; c < p.candidate_offsets[q + 1];
@@ -631,6 +844,17 @@ absl::Status GpuBackendImpl::RunSearch(
               static_cast<int32_t>(seg.host.cu_seqlens[doc + 1] - t0);
           const uint32_t position =
               static_cast<uint32_t>(seg.host.base_index + doc - query_base[q]);
+          if (seg.streamed) {
+            // Placed in a stream buffer once the rounds are known.
+            const int64_t row =
+                streamed_recs.empty()
+                    ? 0
+                    : streamed_recs.back().row + streamed_recs.back().len;
+            streamed_recs.push_back(
+                {num_records,
+                 static_cast<const char*>(seg.resident.tokens) + t0 * row_bytes,
+                 len, row});
+          }
           if (tma.on) {
             TmaRecord& rec = tma_recs[num_records++];
             rec.row = static_cast<int32_t>(t0);
@@ -646,20 +870,55 @@ absl::Status GpuBackendImpl::RunSearch(
           }
         }
         rec_offsets[q + 1] = num_records;
-        for (int64_t b = first; b < num_records; b += per_unit) {
+        // Units of up to per_unit records; with host-placed candidates also
+        // of at most one stream buffer of their rows (a longer record goes
+        // alone, and PlanStreamedRounds refuses it).
+        for (int64_t b = first; b < num_records;) {
+          int64_t e = b, unit_rows = 0;
+          while (e < num_records && e - b < per_unit) {
+            const bool on_host = next_streamed < streamed_recs.size() &&
+                                 streamed_recs[next_streamed].record == e;
+            const int64_t len = on_host ? streamed_recs[next_streamed].len : 0;
+            if (e > b && unit_rows + len > stream_rows && on_host) break;
+            unit_rows += len;
+            next_streamed += on_host ? 1 : 0;
+            ++e;
+          }
           GatherTile& t = tiles[num_tiles++];
           t.query = q;
           t.rec_begin = b;
-          t.rec_end = std::min<int64_t>(b + per_unit, num_records);
+          t.rec_end = e;
+          b = e;
+        }
+      }
+      if (!streamed_recs.empty()) {
+        // Rounds of about 16 MiB: the first copy starts early, and packing
+        // the next round overlaps it.
+        const int64_t target_rows =
+            std::min(stream_rows, std::max<int64_t>(1, (16 << 20) / row_bytes));
+        MAXSIMD_RETURN_IF_ERROR(PlanStreamedRounds(tiles, num_tiles,
+                                                   stream_rows, target_rows,
+                                                   streamed_recs, &rounds));
+        for (size_t r = 0; r < rounds.size(); ++r) {
+          const int b = static_cast<int>(r % kStreamBuffers);
+          for (size_t k = rounds[r].rec_begin; k < rounds[r].rec_end; ++k) {
+            const StreamedRecord& sr = streamed_recs[k];
+            const int64_t row = sr.row - rounds[r].row_begin;
+            if (tma.on) {
+              tma_recs[sr.record].row = static_cast<int32_t>(row);
+              tma_recs[sr.record].slot = static_cast<int32_t>(nseg + b);
+            } else {
+              recs[sr.record].tokens = w.dev_stream[b] + row * row_bytes;
+            }
+          }
         }
       }
     }
   }
   // One copy up to the last used byte; the only gaps are alignment and the
   // records of deleted candidates.
-  size_t used = tma.on
-                    ? cap.maps + 2 * p.segments.size() * sizeof(TensorMapBytes)
-                    : cap.top_k + nq * sizeof(int32_t);
+  size_t used = tma.on ? cap.maps + 2 * map_slots * sizeof(TensorMapBytes)
+                       : cap.top_k + nq * sizeof(int32_t);
   if (gather) {
     used = num_tiles > 0 ? cap.tiles + num_tiles * sizeof(GatherTile)
                          : cap.rec_offsets + (nq + 1) * sizeof(int64_t);
@@ -739,6 +998,32 @@ absl::Status GpuBackendImpl::RunSearch(
     return absl::OkStatus();
   };
 
+  // Streaming of host-placed tokens into the worker's buffers: the copy into
+  // buffer b waits for the kernels that last read b (stream_done), and the
+  // compute stream waits for the copy.
+  bool buffer_used[kStreamBuffers] = {};
+  int64_t stream_copies = 0;
+  auto stream_in = [&](int b, const void* src, int64_t bytes) -> absl::Status {
+    if (stream_copies++ == 0) {
+      MAXSIMD_CUDA_CHECK(cudaEventRecord(w.stream_first, w.copy_stream));
+    }
+    if (buffer_used[b]) {
+      MAXSIMD_CUDA_CHECK(cudaStreamWaitEvent(w.copy_stream, w.consumed[b], 0));
+    }
+    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w.dev_stream[b], src,
+                                       static_cast<size_t>(bytes),
+                                       cudaMemcpyHostToDevice, w.copy_stream));
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.copied[b], w.copy_stream));
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.stream_last, w.copy_stream));
+    MAXSIMD_CUDA_CHECK(cudaStreamWaitEvent(stream, w.copied[b], 0));
+    buffer_used[b] = true;
+    return absl::OkStatus();
+  };
+  auto stream_done = [&](int b) -> absl::Status {
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.consumed[b], stream));
+    return absl::OkStatus();
+  };
+
   // Per-segment results waiting in the pinned ring: (segment, ring offset).
   struct Pending {
     int64_t base = 0;
@@ -795,14 +1080,19 @@ absl::Status GpuBackendImpl::RunSearch(
         MAXSIMD_CUDA_CHECK(
             cudaMemsetAsync(w.scores, 0, num_records * sizeof(float), stream));
       }
-      if (tma.on) {
-        TmaLaunchParams t;
-        t.records = reinterpret_cast<const TmaRecord*>(w.dev_in + cap.records);
-        t.units = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
-        t.num_units = num_tiles;
-        t.scores = w.scores;
-        MAXSIMD_RETURN_IF_ERROR(launch_tma(t));
-      } else {
+      const GatherTile* dev_units =
+          reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
+      // Scores work units [u0, u1).
+      auto launch_units = [&](int64_t u0, int64_t u1) -> absl::Status {
+        if (tma.on) {
+          TmaLaunchParams t;
+          t.records =
+              reinterpret_cast<const TmaRecord*>(w.dev_in + cap.records);
+          t.units = dev_units + u0;
+          t.num_units = u1 - u0;
+          t.scores = w.scores;
+          return launch_tma(t);
+        }
         GatherLaunchParams g;
         g.dtype = dtype;
         g.dim = dim;
@@ -811,11 +1101,41 @@ absl::Status GpuBackendImpl::RunSearch(
         g.query_offsets = dev_qoff;
         g.records =
             reinterpret_cast<const GatherRecord*>(w.dev_in + cap.records);
-        g.tiles = reinterpret_cast<const GatherTile*>(w.dev_in + cap.tiles);
-        g.num_tiles = num_tiles;
+        g.tiles = dev_units + u0;
+        g.num_tiles = u1 - u0;
         g.scores = w.scores;
         g.row_tiles = ChooseRowTiles(rows, dpad);
-        MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimGather(g, stream));
+        return LaunchMaxSimGather(g, stream);
+      };
+      if (rounds.empty()) {
+        MAXSIMD_RETURN_IF_ERROR(launch_units(0, num_tiles));
+      }
+      // Host-placed candidates: round r's rows are packed into pinned buffer
+      // r % 2 (once the copy of round r - 2 out of it is done), copied, and
+      // scored; packing round r + 1 overlaps the GPU's work on round r.
+      for (size_t r = 0; r < rounds.size(); ++r) {
+        const StreamRound& round = rounds[r];
+        const int b = static_cast<int>(r % kStreamBuffers);
+        if (r >= kStreamBuffers) {
+          MAXSIMD_CUDA_CHECK(cudaEventSynchronize(w.copied[b]));
+        }
+        {
+          NvtxRange pack("maxsimd.pack_streamed");
+          w.pack_pool->ParallelFor(
+              static_cast<int64_t>(round.rec_end - round.rec_begin), 16,
+              [&](int, int64_t k0, int64_t k1) {
+                for (int64_t k = k0; k < k1; ++k) {
+                  const StreamedRecord& sr = streamed_recs[round.rec_begin + k];
+                  std::memcpy(w.pinned_stream[b] +
+                                  (sr.row - round.row_begin) * row_bytes,
+                              sr.src, sr.len * row_bytes);
+                }
+              });
+        }
+        MAXSIMD_RETURN_IF_ERROR(
+            stream_in(b, w.pinned_stream[b], round.rows * row_bytes));
+        MAXSIMD_RETURN_IF_ERROR(launch_units(round.unit_begin, round.unit_end));
+        MAXSIMD_RETURN_IF_ERROR(stream_done(b));
       }
       const int64_t* rec_offsets = reinterpret_cast<const int64_t*>(
           in + cap.rec_offsets);  // host copy, for the longest row
@@ -841,62 +1161,104 @@ absl::Status GpuBackendImpl::RunSearch(
     NvtxRange r("maxsimd.scan");
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(w.score_entries / nq, int64_t{0xfffffffe}));
+    // Scores documents [c0, c0 + clen) of segment s, whose tokens are read
+    // from `tokens` (map slot `slot` on the TMA path) starting at segment
+    // row `row_base`, and merges them into the running top-k.
+    auto score_chunk = [&](size_t s, int64_t c0, int64_t clen,
+                           const void* tokens, int64_t slot,
+                           int64_t row_base) -> absl::Status {
+      const SegmentView& v = p.segments[s].resident;
+      if (empty_query) {
+        MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
+            w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
+            stream));
+      }
+      if (tma.on) {
+        TmaLaunchParams t;
+        t.map_slot = static_cast<int32_t>(slot);
+        t.scan_box_rows = options_.tma_scan_box_rows == 16 ? 16 : 64;
+        t.cu_seqlens = v.cu_seqlens;
+        t.row_base = row_base;
+        t.tombstones = v.tombstones;
+        t.doc_begin = c0;
+        t.num_docs = clen;
+        // About eight waves of blocks: even finishing times on ragged
+        // documents, and few enough blocks that each one's pipeline fill
+        // is amortised.
+        const int64_t slots =
+            int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups) * 8;
+        t.docs_per_unit = std::max<int64_t>(1, (clen + slots - 1) / slots);
+        t.scores = w.scores;
+        t.score_stride = clen;
+        MAXSIMD_RETURN_IF_ERROR(launch_tma(t));
+      } else {
+        ScanLaunchParams sp;
+        sp.dtype = dtype;
+        sp.dim = dim;
+        sp.dpad = dpad;
+        sp.query = dev_query;
+        sp.row_query = dev_row_query;
+        sp.query_offsets = dev_qoff;
+        sp.rows_total = rows;
+        sp.tokens = tokens;
+        sp.row_base = row_base;
+        sp.cu_seqlens = v.cu_seqlens;
+        sp.tombstones = v.tombstones;
+        sp.doc_begin = c0;
+        sp.num_docs = clen;
+        sp.scores = w.scores;
+        sp.score_stride = clen;
+        sp.row_tiles = ChooseRowTiles(rows, dpad);
+        MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimScan(sp, stream));
+      }
+      TopKSource src;
+      src.scores = w.scores;
+      src.position_base = static_cast<uint32_t>(c0);
+      src.tombstones = v.tombstones;
+      src.row_stride = clen;
+      src.row_len = clen;
+      return timed([&] {
+        return SelectTopK(src, nq, clen, dev_topk, kmax, c0 > 0, w.topk, w.ws,
+                          stream);
+      });
+    };
+    int64_t streamed_chunks = 0;
     for (size_t s = 0; s < p.segments.size(); ++s) {
       const SegmentView& v = p.segments[s].resident;
       if (v.num_docs == 0) continue;
-      for (int64_t c0 = 0; c0 < v.num_docs; c0 += chunk) {
-        const int64_t clen = std::min(chunk, v.num_docs - c0);
-        if (empty_query) {
-          MAXSIMD_CUDA_CHECK(cudaMemsetAsync(
-              w.scores, 0, static_cast<size_t>(nq) * clen * sizeof(float),
-              stream));
+      if (!p.segments[s].streamed) {
+        for (int64_t c0 = 0; c0 < v.num_docs; c0 += chunk) {
+          MAXSIMD_RETURN_IF_ERROR(score_chunk(
+              s, c0, std::min(chunk, v.num_docs - c0), v.tokens, s, 0));
         }
-        if (tma.on) {
-          TmaLaunchParams t;
-          t.map_slot = static_cast<int32_t>(s);
-          t.scan_box_rows = options_.tma_scan_box_rows == 16 ? 16 : 64;
-          t.cu_seqlens = v.cu_seqlens;
-          t.tombstones = v.tombstones;
-          t.doc_begin = c0;
-          t.num_docs = clen;
-          // About eight waves of blocks: even finishing times on ragged
-          // documents, and few enough blocks that each one's pipeline fill
-          // is amortised.
-          const int64_t slots =
-              int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups) * 8;
-          t.docs_per_unit = std::max<int64_t>(1, (clen + slots - 1) / slots);
-          t.scores = w.scores;
-          t.score_stride = clen;
-          MAXSIMD_RETURN_IF_ERROR(launch_tma(t));
-        } else {
-          ScanLaunchParams sp;
-          sp.dtype = dtype;
-          sp.dim = dim;
-          sp.dpad = dpad;
-          sp.query = dev_query;
-          sp.row_query = dev_row_query;
-          sp.query_offsets = dev_qoff;
-          sp.rows_total = rows;
-          sp.tokens = v.tokens;
-          sp.cu_seqlens = v.cu_seqlens;
-          sp.tombstones = v.tombstones;
-          sp.doc_begin = c0;
-          sp.num_docs = clen;
-          sp.scores = w.scores;
-          sp.score_stride = clen;
-          sp.row_tiles = ChooseRowTiles(rows, dpad);
-          MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimScan(sp, stream));
+      } else {
+        // Host-placed: chunks of whole documents that fit a stream buffer,
+        // alternating buffers, so chunk i + 1's copy overlaps chunk i's
+        // kernels.
+        const int64_t* cu = p.segments[s].host.cu_seqlens;
+        const char* host_tokens = static_cast<const char*>(v.tokens);
+        for (int64_t c0 = 0; c0 < v.num_docs;) {
+          const int64_t t0 = cu[c0];
+          const int64_t limit = std::min(v.num_docs, c0 + chunk);
+          const int64_t c1 =
+              std::upper_bound(cu + c0 + 1, cu + limit + 1, t0 + stream_rows) -
+              cu - 1;
+          if (c1 == c0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "GpuBackend::Search: document ", c0, " of segments[", s,
+                "] has ", cu[c0 + 1] - t0,
+                " token rows, more than a stream "
+                "buffer holds (",
+                stream_rows, "; stream_buffer_bytes / (2 x dim))"));
+          }
+          const int b = static_cast<int>(streamed_chunks++ % kStreamBuffers);
+          MAXSIMD_RETURN_IF_ERROR(stream_in(b, host_tokens + t0 * row_bytes,
+                                            (cu[c1] - t0) * row_bytes));
+          MAXSIMD_RETURN_IF_ERROR(
+              score_chunk(s, c0, c1 - c0, w.dev_stream[b], nseg + b, t0));
+          MAXSIMD_RETURN_IF_ERROR(stream_done(b));
+          c0 = c1;
         }
-        TopKSource src;
-        src.scores = w.scores;
-        src.position_base = static_cast<uint32_t>(c0);
-        src.tombstones = v.tombstones;
-        src.row_stride = clen;
-        src.row_len = clen;
-        MAXSIMD_RETURN_IF_ERROR(timed([&] {
-          return SelectTopK(src, nq, clen, dev_topk, kmax, c0 > 0, w.topk, w.ws,
-                            stream);
-        }));
       }
       MAXSIMD_RETURN_IF_ERROR(fetch(v.base_index, false));
     }
@@ -913,6 +1275,15 @@ absl::Status GpuBackendImpl::RunSearch(
       float ms = 0;
       MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms, w.pair[i][0], w.pair[i][1]));
       ms_topk += ms;
+    }
+    // Streamed host-placed tokens: the span of their copies, which
+    // overlaps the kernels (so kernel_ns includes any wait for them).
+    if (stream_copies > 0) {
+      float ms_stream = 0;
+      MAXSIMD_CUDA_CHECK(cudaEventSynchronize(w.stream_last));
+      MAXSIMD_CUDA_CHECK(
+          cudaEventElapsedTime(&ms_stream, w.stream_first, w.stream_last));
+      ms_h2d += ms_stream;
     }
     timing->h2d_ns =
         (host_staged - host_start) + static_cast<int64_t>(ms_h2d * 1e6);

@@ -4,10 +4,12 @@
 // project is built without CUDA, gpu_backend_none.cc provides the same API:
 // DeviceCount() is 0 and Create() answers UNIMPLEMENTED.
 //
-// Ownership: the backend owns, per worker slot, one CUDA stream, a device
-// workspace and pinned staging buffers, all allocated in Create() and sized
-// by `limits`; Search() allocates nothing. Buffers returned by Upload() own
-// device memory and may outlive no backend call in flight that reads them.
+// Ownership: the backend owns, per worker slot, two CUDA streams (compute
+// and host-to-device streaming), a device workspace and pinned staging
+// buffers, all allocated in Create() and sized by `limits`; Search()
+// allocates nothing. Buffers returned by Upload() own device memory, those
+// returned by Pin() own the page lock of the caller's host memory; neither
+// may outlive a backend call in flight that reads it.
 //
 // Thread-safety: as Backend. Each Search() holds one worker slot for its
 // duration; with all slots busy a caller waits for one. A CUDA error that
@@ -51,6 +53,15 @@ struct GpuBackendOptions {
   // Most bytes of corpus arrays this backend keeps on its device (0: as
   // much as fits); an upload past it is RESOURCE_EXHAUSTED.
   int64_t corpus_budget_bytes = 0;
+  // Host-placed tokens (Pin): each worker has two device buffers of this
+  // size through which a scan streams them, the copy of chunk i + 1
+  // overlapping the kernel on chunk i, and two pinned host buffers of the
+  // same size into which a rerank gathers its host-placed candidates' rows
+  // before their copy. One document's rows must fit one buffer. 0: no
+  // buffers, and Pin() is refused.
+  int64_t stream_buffer_bytes = int64_t{64} << 20;
+  // Most bytes of host memory Pin() page-locks (0: no limit).
+  int64_t pinned_budget_bytes = 0;
 };
 
 class GpuBackend {

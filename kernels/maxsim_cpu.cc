@@ -115,6 +115,16 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Upload(
       new HostBuffer(host, bytes, corpus_bytes_));
 }
 
+absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Pin(
+    const void* host, size_t bytes) {
+  absl::MutexLock lock(&upload_mu_);
+  MAXSIMD_RETURN_IF_ERROR(
+      CheckBudget("Pin", "--pinned_budget_bytes", name(), pinned_bytes_->load(),
+                  static_cast<int64_t>(bytes), options_.pinned_budget_bytes));
+  return std::unique_ptr<ResidentBuffer>(
+      new HostBuffer(host, bytes, pinned_bytes_));
+}
+
 absl::Status CpuBackend::Search(const SearchParams& params,
                                 absl::Span<std::vector<ScoredDoc>> results,
                                 SearchTiming* timing) {

@@ -26,6 +26,9 @@ struct CpuBackendOptions {
   // Most bytes of corpus arrays (views of host memory) this backend serves
   // (0: no limit); an upload past it is RESOURCE_EXHAUSTED.
   int64_t corpus_budget_bytes = 0;
+  // Most bytes of host-placed arrays (Pin) this backend serves (0: no
+  // limit); a pin past it is RESOURCE_EXHAUSTED.
+  int64_t pinned_budget_bytes = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -37,6 +40,9 @@ class CpuBackend final : public Backend {
   const BackendLimits& limits() const override { return options_.limits; }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
                                                          size_t bytes) override;
+  // A view like Upload's, counted against pinned_budget_bytes instead.
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                      size_t bytes) override;
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
@@ -55,6 +61,8 @@ class CpuBackend final : public Backend {
   absl::Mutex upload_mu_;  // serialises Upload()'s budget check
   // Bytes of live buffers (shared: a buffer may outlive the backend).
   std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> pinned_bytes_ =
       std::make_shared<std::atomic<int64_t>>(0);
 };
 

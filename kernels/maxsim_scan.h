@@ -41,8 +41,12 @@ struct ScanLaunchParams {
   const int64_t* query_offsets = nullptr;  // [num_queries + 1]
   int64_t rows_total = 0;
   // The segment: tokens [num_tokens, dim], cu_seqlens [num_docs + 1],
-  // tombstone bitmap (may be null).
+  // tombstone bitmap (may be null). Document rows are read at
+  // tokens + (cu_seqlens[doc] - row_base) rows: row_base is the segment row
+  // that `tokens` starts at (non-zero when a chunk of a host segment was
+  // streamed into a buffer that starts with it).
   const void* tokens = nullptr;
+  int64_t row_base = 0;
   const int64_t* cu_seqlens = nullptr;
   const uint32_t* tombstones = nullptr;
   // The chunk: documents [doc_begin, doc_begin + num_docs) of the segment.

@@ -113,6 +113,10 @@ struct TmaLaunchParams {
   int32_t map_slot = 0;
   int32_t scan_box_rows = 64;  // a kTmaBoxRows value
   const int64_t* cu_seqlens = nullptr;
+  // The segment row that row 0 of the map slot holds: document rows are
+  // copied from map row cu_seqlens[doc] - row_base (non-zero for a chunk of
+  // a host segment streamed into a buffer).
+  int64_t row_base = 0;
   const uint32_t* tombstones = nullptr;
   int64_t doc_begin = 0;
   int64_t num_docs = 0;

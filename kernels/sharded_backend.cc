@@ -133,6 +133,11 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> ShardedBackend::Upload(
   return shards_[0]->Upload(host, bytes);
 }
 
+absl::StatusOr<std::unique_ptr<ResidentBuffer>> ShardedBackend::Pin(
+    const void* host, size_t bytes) {
+  return shards_[0]->Pin(host, bytes);
+}
+
 bool ShardedBackend::healthy() const {
   return std::all_of(shards_.begin(), shards_.end(),
                      [](const auto& s) { return s->healthy(); });
@@ -151,6 +156,7 @@ std::vector<DeviceMemory> ShardedBackend::Memory() const {
       DeviceMemory& d = by_device[m.device];
       d.device = m.device;
       d.corpus_bytes += m.corpus_bytes;
+      d.pinned_bytes += m.pinned_bytes;
       d.workspace_bytes += m.workspace_bytes;
       d.free_bytes = m.free_bytes;
       d.total_bytes = m.total_bytes;

@@ -14,7 +14,7 @@
 // workspace, so the copies of one batch overlap the kernels of another. The
 // calling thread runs one shard's part itself and waits for the others.
 //
-// Ownership: owns the children. Upload() stores into shard 0; a corpus
+// Ownership: owns the children. Upload() and Pin() go to shard 0; a corpus
 // places each segment on a shard by uploading through shard(i).
 //
 // Thread-safety: as Backend.
@@ -42,6 +42,8 @@ class ShardedBackend final : public Backend {
   const BackendLimits& limits() const override;
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
                                                          size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                      size_t bytes) override;
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;

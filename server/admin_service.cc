@@ -189,6 +189,7 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
   info->set_num_documents(snap->live_docs());
   info->set_num_tokens(snap->live_tokens());
   info->set_bytes(snap->bytes());
+  info->set_streamed_bytes(snap->streamed_bytes());
   info->set_num_segments(static_cast<int32_t>(snap->segments().size()));
   info->set_num_deleted(snap->deleted_docs());
   info->set_resident_on(resident_on);
@@ -388,15 +389,21 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
         {&request->tokens_npy(), &files.tokens_npy},
         {&request->cu_seqlens_npy(), &files.cu_seqlens_npy},
         {&request->safetensors(), &files.safetensors},
+        {&request->plaid_dir(), &files.plaid_dir},
         {&request->ids(), &files.ids}};
     const char* fields[] = {"tokens_npy", "cu_seqlens_npy", "safetensors",
-                            "ids"};
-    for (int i = 0; i < 4; ++i) {
+                            "plaid_dir", "ids"};
+    for (int i = 0; i < 5; ++i) {
       if (paths[i].first->empty()) continue;
       MAXSIMD_ASSIGN_OR_RETURN(
           *paths[i].second,
           ResolveFilesPath(limits_.files_dir, *paths[i].first, fields[i]));
     }
+    // A PLAID index is refused before it is decoded when its dense tokens
+    // would exceed the limit checked below.
+    files.max_token_values =
+        limits_.max_stream_bytes /
+        static_cast<int64_t>(DTypeSize(corpus->config().storage_dtype));
     MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
     const int64_t stored_bytes =
         static_cast<int64_t>(docs.tokens.size()) *

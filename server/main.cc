@@ -44,6 +44,14 @@ ABSL_FLAG(int64_t, corpus_budget_bytes, 0,
           "Most bytes of corpus data each backend shard (a GPU, or the CPU) "
           "keeps; a write past it is RESOURCE_EXHAUSTED and changes nothing. "
           "0 = as much as fits");
+ABSL_FLAG(int64_t, pinned_budget_bytes, 0,
+          "Most bytes of host-placed corpus data (placement host, or auto past "
+          "--corpus_budget_bytes) each backend shard page-locks; a write past "
+          "it is RESOURCE_EXHAUSTED and changes nothing. 0 = no limit");
+ABSL_FLAG(int64_t, stream_buffer_bytes, int64_t{64} << 20,
+          "Per GPU worker, the size of each of two device buffers (and two "
+          "pinned host buffers) through which host-placed tokens stream to "
+          "the GPU; one document must fit. 0 = host placement refused");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20,
           "Largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(int32_t, max_query_tokens, 1024, "Most tokens in one query (Lq)");
@@ -176,6 +184,11 @@ int main(int argc, char** argv) {
   }
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.corpus_budget_bytes = absl::GetFlag(FLAGS_corpus_budget_bytes);
+  o.pinned_budget_bytes = absl::GetFlag(FLAGS_pinned_budget_bytes);
+  o.stream_buffer_bytes = absl::GetFlag(FLAGS_stream_buffer_bytes);
+  if (o.stream_buffer_bytes < 0 || o.pinned_budget_bytes < 0) {
+    return Fail("--stream_buffer_bytes and --pinned_budget_bytes must be >= 0");
+  }
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (o.max_message_bytes < 1024 ||
       o.max_message_bytes > (int64_t{2} << 30) - 1) {

@@ -121,7 +121,8 @@ absl::Status LoadDemoCorpus(CorpusRegistry* corpora, const DemoCorpus& demo) {
   return corpus->Append(std::move(all)).status();
 }
 
-// Exposes Backend::Memory() as maxsimd_gpu_memory_bytes{device,kind}.
+// Exposes Backend::Memory() as maxsimd_gpu_memory_bytes{device,kind} and
+// maxsimd_pinned_host_bytes{device}.
 class BackendCollector final : public prometheus::Collectable {
  public:
   explicit BackendCollector(const Backend* backend) : backend_(backend) {}
@@ -145,7 +146,19 @@ class BackendCollector final : public prometheus::Collectable {
         f.metric.push_back(std::move(c));
       }
     }
-    return {f};
+    prometheus::MetricFamily pinned;
+    pinned.name = "maxsimd_pinned_host_bytes";
+    pinned.help =
+        "Host memory page-locked for host-placed corpora, by the device that "
+        "streams it.";
+    pinned.type = prometheus::MetricType::Gauge;
+    for (const DeviceMemory& m : backend_->Memory()) {
+      prometheus::ClientMetric c;
+      c.label = {{"device", std::to_string(m.device)}};
+      c.gauge.value = static_cast<double>(m.pinned_bytes);
+      pinned.metric.push_back(std::move(c));
+    }
+    return {f, pinned};
   }
 
  private:
@@ -208,6 +221,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         g.num_workers = std::max(1, options.gpu_workers);
         g.limits = limits;
         g.corpus_budget_bytes = options.corpus_budget_bytes;
+        g.stream_buffer_bytes = options.stream_buffer_bytes;
+        g.pinned_budget_bytes = options.pinned_budget_bytes;
         absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
         if (gpu.ok()) {
           shards.push_back(*std::move(gpu));
@@ -233,6 +248,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
       c.num_threads = std::max(1, threads / per_device);
       c.limits = limits;
       c.corpus_budget_bytes = options.corpus_budget_bytes;
+      c.pinned_budget_bytes = options.pinned_budget_bytes;
       MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu,
                                CpuBackend::Create(c));
       shards.push_back(std::move(cpu));

@@ -77,6 +77,12 @@ struct ServerOptions {
   int cpu_threads = 0;  // CPU backend threads; 0 = one per core
   // Most corpus bytes each backend shard keeps (0: as much as fits).
   int64_t corpus_budget_bytes = 0;
+  // Most bytes of host-placed corpus data each shard page-locks (0: no
+  // limit).
+  int64_t pinned_budget_bytes = 0;
+  // Per GPU worker: two device and two pinned buffers of this size that
+  // host-placed corpora stream through (0: host placement refused).
+  int64_t stream_buffer_bytes = int64_t{64} << 20;
   int64_t max_message_bytes = 64 << 20;
   int grpc_max_threads = 0;             // gRPC resource quota; 0 = default
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default

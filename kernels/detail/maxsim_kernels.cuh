@@ -72,16 +72,16 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     int64_t j = next_live(j0 + warp);
     int64_t t0 = 0, len = 0;
     if (j < j1) {
-      t0 = p.cu_seqlens[p.doc_begin + j];
-      len = p.cu_seqlens[p.doc_begin + j + 1] - t0;
+      t0 = p.cu_seqlens[p.doc_begin + j] - p.row_base;
+      len = p.cu_seqlens[p.doc_begin + j + 1] - p.row_base - t0;
       Warp::Prefetch(tokens + t0 * dim, len, next);
     }
     while (j < j1) {
       const int64_t jn = next_live(j + kMaxSimWarps);
       int64_t t0n = 0, lenn = 0;
       if (jn < j1) {
-        t0n = p.cu_seqlens[p.doc_begin + jn];
-        lenn = p.cu_seqlens[p.doc_begin + jn + 1] - t0n;
+        t0n = p.cu_seqlens[p.doc_begin + jn] - p.row_base;
+        lenn = p.cu_seqlens[p.doc_begin + jn + 1] - p.row_base - t0n;
       }
       float rowmax[kMT][2];
       Warp::Run(tokens + t0 * dim, len, dim, p.dpad, tile, active_mt, next,

@@ -326,7 +326,8 @@ struct TmaBlock {
         for (int b = 0; b < nb; ++b) {
           for (int hh = 0; hh < S::kHalves; ++hh) {
             TmaLoad2D(stage + hh * S::kHalfStageBytes + b * box * 128, map,
-                      &full[s], hh * 64, static_cast<int32_t>(c_tok + box * b));
+                      &full[s], hh * 64,
+                      static_cast<int32_t>(c_tok - p.row_base + box * b));
           }
         }
       }

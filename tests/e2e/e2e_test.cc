@@ -308,6 +308,78 @@ TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
   EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
 }
 
+// A PLAID index (tests/data/plaid: the same 5 documents in ColBERT's and in
+// fast-plaid's layout) added by maxsimctl and imported by the server rank
+// the same; a query of document 2's own tokens finds it first.
+TEST_F(E2eTest, MaxsimctlImportsPlaidIndexes) {
+  const std::string d = dir_.string();
+  const std::string data = MAXSIMD_PLAID_TESTDATA;
+  std::filesystem::copy(data + "/fast_plaid", dir_ / "fp",
+                        std::filesystem::copy_options::recursive);
+  std::ofstream(dir_ / "pids.txt") << "p0\np1\np2\np3\np4\n";
+  std::ofstream(dir_ / "two.txt") << "p0\np1\n";
+  const std::vector<float> expected =
+      NpyToFloat32(ReadNpy(data + "/expected_tokens.npy").value(), "e").value();
+  const std::vector<float> query(expected.begin() + 4 * 16,
+                                 expected.begin() + 8 * 16);
+  ASSERT_TRUE(
+      WriteNpy((dir_ / "q.npy").string(), MakeNpyFloat32(query, {4, 16})).ok());
+  const std::string query_args =
+      absl::StrCat(" --query ", d, "/q.npy --top-k 5");
+
+  ASSERT_EQ(RunCommand(Ctl("create --name pl --dim 16")).first, 0);
+  auto [rc, out] = RunCommand(
+      Ctl(absl::StrCat("add --corpus pl --plaid ", data, "/colbert")));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) =
+      RunCommand(Ctl(absl::StrCat("--json query --corpus pl", query_args)));
+  ASSERT_EQ(rc, 0) << out;
+  const auto client_side = ParseResults(out);
+  ASSERT_EQ(client_side.size(), 5u) << out;
+  EXPECT_EQ(client_side[0].first, "2");
+  EXPECT_NEAR(client_side[0].second, 4.0, 0.02);
+
+  auto server = ::maxsimd::testing::ServerProcess::Start(
+      {absl::StrCat("--files_dir=", d)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string ctl = CtlFor((*server)->target(), "");
+  for (const char* name : {"pl_fp", "pl_ids"}) {
+    ASSERT_EQ(
+        RunCommand(ctl + absl::StrCat("create --name ", name, " --dim 16"))
+            .first,
+        0);
+  }
+  std::tie(rc, out) = RunCommand(ctl + "import --corpus pl_fp --plaid fp");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) =
+      RunCommand(ctl + absl::StrCat("--json query --corpus pl_fp", query_args));
+  ASSERT_EQ(rc, 0) << out;
+  ExpectSame(ParseResults(out), client_side);
+
+  std::tie(rc, out) =
+      RunCommand(ctl + "import --corpus pl_ids --plaid fp --ids pids.txt");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = RunCommand(
+      ctl + absl::StrCat("--json query --corpus pl_ids", query_args));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_FALSE(ParseResults(out).empty()) << out;
+  EXPECT_EQ(ParseResults(out)[0].first, "p2");
+
+  // Ids that do not fit, a path outside --files_dir, no source at all.
+  std::tie(rc, out) =
+      RunCommand(ctl + "import --corpus pl_ids --plaid fp --ids two.txt 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+  EXPECT_NE(out.find("two.txt"), std::string::npos) << out;
+  std::tie(rc, out) =
+      RunCommand(ctl + "import --corpus pl_ids --plaid ../fp 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("plaid_dir"), std::string::npos) << out;
+  std::tie(rc, out) = RunCommand(ctl + "import --corpus pl_ids 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--ids"), std::string::npos) << out;
+}
+
 TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
   const std::string data = (dir_ / "data").string();
   DocumentBatch docs;

@@ -282,8 +282,25 @@ TEST(NpyTest, MalformedHeadersAreDataLoss) {
   }
 }
 
+// fast-plaid's packed residuals: numpy writes uint8 as '|u1', tch-rs as
+// '<u1'; both read as raw bytes.
+TEST(NpyTest, Uint8ReadsAsRawBytes) {
+  for (const char* descr : {"|u1", "<u1"}) {
+    absl::StatusOr<NpyArray> a = ParseNpy(
+        Image(absl::StrCat("{'descr': '", descr,
+                           "', 'fortran_order': False, 'shape': (2, 3), }"),
+              std::string("\x00\x01\x7f\x80\xfe\xff", 6)),
+        "u1.npy");
+    ASSERT_THAT(a, IsOk()) << descr;
+    EXPECT_EQ(a->element_size(), 1);
+    EXPECT_EQ(a->num_elements(), 6);
+    EXPECT_EQ(std::string(a->data.begin(), a->data.end()),
+              std::string("\x00\x01\x7f\x80\xfe\xff", 6));
+  }
+}
+
 TEST(NpyTest, UnsupportedDescrIsInvalidArgument) {
-  for (const char* descr : {"<f8", ">f4", "|u1", "<c8", "float32", ""}) {
+  for (const char* descr : {"<f8", ">f4", "|i1", "<c8", "float32", ""}) {
     const std::string header = absl::StrCat(
         "{'descr': '", descr, "', 'fortran_order': False, 'shape': (2,), }");
     EXPECT_THAT(ParseNpy(Image(header, Floats({1.f, 2.f})), "descr.npy"),

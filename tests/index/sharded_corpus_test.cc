@@ -215,6 +215,44 @@ TEST_P(ShardedCorpusTest, RerankWithCandidatesOnOneShardOnly) {
   ExpectSameResults(std::move(batch), "one shard");
 }
 
+// The sharded corpus placed on the host (tokens pinned, streamed by each
+// shard's GPU per search) against the resident one-backend corpus.
+TEST_P(ShardedCorpusTest, HostPlacedShardsMatchOneResidentBackend) {
+  CorpusConfig host = config_;
+  host.placement = Placement::kHost;
+  sharded_ = Corpus::Create(host, {}, sharded_backend_.get()).value();
+  std::mt19937_64 rng(testing::TestSeed());
+  Append(0, 700, 1);
+  Append(700, 20, 2);
+  for (const auto& corpus : {single_, sharded_}) {
+    ASSERT_THAT(corpus->Delete({"d3", "d400", "d701"}, false), IsOk());
+  }
+  const auto b = sharded_->Snapshot();
+  int64_t token_bytes = 0;
+  for (const auto& seg : b->segments()) {
+    EXPECT_TRUE(seg->streamed());
+    token_bytes += static_cast<int64_t>(seg->data().tokens.size());
+  }
+  EXPECT_EQ(b->streamed_bytes(), token_bytes);
+  EXPECT_EQ(single_->Snapshot()->streamed_bytes(), 0);
+  ExpectSameResults(Queries(rng, {1, 10, 100, 1000}), "scan");
+  SearchBatch batch = Queries(rng, {5, 50});
+  const auto a = single_->Snapshot();
+  batch.cand_offsets = {0};
+  for (size_t q = 0; q < batch.top_k.size(); ++q) {
+    std::set<int64_t> picked;
+    while (picked.size() < 80) picked.insert(rng() % 720);
+    for (int64_t d : picked) {
+      batch.candidates.push_back(Locate(*a, "d" + std::to_string(d)));
+    }
+    batch.cand_offsets.push_back(static_cast<int64_t>(batch.candidates.size()));
+  }
+  ExpectSameResults(std::move(batch), "rerank");
+  if (GetParam()) {
+    EXPECT_EQ(sharded_backend_->Memory()[0].pinned_bytes, token_bytes);
+  }
+}
+
 TEST_P(ShardedCorpusTest, ReportsMemoryPerDevice) {
   Append(0, 700, 1);
   const std::vector<DeviceMemory> m = sharded_backend_->Memory();

@@ -691,6 +691,9 @@ TEST_F(StorageTest, CorpusBudgetRefusesWritesAndFreesOnDrop) {
   auto budgeted = CpuBackend::Create(o).value();
   CorpusRegistry r(budgeted.get(), limits_, tmp.path());
   ASSERT_THAT(r.LoadAll(), IsOk());
+  // Placement gpu: auto would put what does not fit on the host
+  // (PlacementTest covers that).
+  config_.placement = Placement::kGpu;
   auto c = r.Create(config_);
   ASSERT_THAT(c, IsOk());
   ASSERT_THAT((*c)->Append(Docs("a", 10)), IsOk());  // ~200 token bytes

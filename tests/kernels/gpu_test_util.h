@@ -8,8 +8,10 @@
 #ifndef MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 #define MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -64,12 +66,17 @@ struct DeviceSegment {
   SegmentRef ref;
 };
 
-inline DeviceSegment Upload(Backend& backend, const HostSegment& s) {
+// The device copy of `s`; with `streamed`, the tokens stay in s's host
+// memory, pinned (Backend::Pin), and the search streams them.
+inline DeviceSegment Upload(Backend& backend, const HostSegment& s,
+                            bool streamed = false) {
   DeviceSegment d;
   const SegmentView host = s.View();
   const size_t token_bytes =
       static_cast<size_t>(host.num_tokens) * host.dim * DTypeSize(host.dtype);
-  d.tokens = backend.Upload(host.tokens, token_bytes).value();
+  d.tokens = (streamed ? backend.Pin(host.tokens, token_bytes)
+                       : backend.Upload(host.tokens, token_bytes))
+                 .value();
   d.cu_seqlens =
       backend.Upload(s.cu_seqlens.data(), s.cu_seqlens.size() * sizeof(int64_t))
           .value();
@@ -84,8 +91,23 @@ inline DeviceSegment Upload(Backend& backend, const HostSegment& s) {
             .value();
     res.tombstones = static_cast<const uint32_t*>(d.tombstones->data());
   }
-  d.ref = {host, res};
+  d.ref = {host, res, 0, streamed};
   return d;
+}
+
+// Appends one query's candidate list to `batch`: `count` distinct documents
+// drawn from segment 0 (n_a documents) and segment 1 (n_b).
+inline void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a,
+                          int64_t n_b, int count) {
+  std::vector<DocRef> all;
+  for (int64_t d = 0; d < n_a; ++d) all.push_back({0, d});
+  for (int64_t d = 0; d < n_b; ++d) all.push_back({1, d});
+  std::shuffle(all.begin(), all.end(), rng);
+  if (batch.cand_offsets.empty()) batch.cand_offsets = {0};
+  for (int c = 0; c < count && c < static_cast<int>(all.size()); ++c) {
+    batch.candidates.push_back(all[c]);
+  }
+  batch.cand_offsets.push_back(static_cast<int64_t>(batch.candidates.size()));
 }
 
 // `tokens` rounded to `dtype` and back: what the GPU multiplies.

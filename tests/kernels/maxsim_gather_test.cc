@@ -11,6 +11,7 @@
 namespace maxsimd {
 namespace {
 
+using ::maxsimd::testing::AddCandidates;
 using ::maxsimd::testing::Batch;
 using ::maxsimd::testing::DeviceSegment;
 using ::maxsimd::testing::ExpectMatchesReference;
@@ -20,20 +21,6 @@ using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
 using ::maxsimd::testing::SharedGpuBackend;
 using ::maxsimd::testing::Upload;
-
-// Distinct candidates drawn from both segments, plus a deleted one.
-void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a, int64_t n_b,
-                   int count) {
-  std::vector<DocRef> all;
-  for (int64_t d = 0; d < n_a; ++d) all.push_back({0, d});
-  for (int64_t d = 0; d < n_b; ++d) all.push_back({1, d});
-  std::shuffle(all.begin(), all.end(), rng);
-  if (batch.cand_offsets.empty()) batch.cand_offsets = {0};
-  for (int c = 0; c < count && c < static_cast<int>(all.size()); ++c) {
-    batch.candidates.push_back(all[c]);
-  }
-  batch.cand_offsets.push_back(static_cast<int64_t>(batch.candidates.size()));
-}
 
 TEST(GpuGatherTest, RandomCandidatesEveryDimAndDtype) {
   MAXSIMD_SKIP_WITHOUT_GPU();

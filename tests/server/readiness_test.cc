@@ -38,6 +38,10 @@ class ControlledBackend final : public Backend {
     release.WaitForNotification();
     return inner_->Upload(host, bytes);
   }
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                      size_t bytes) override {
+    return inner_->Pin(host, bytes);
+  }
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override {

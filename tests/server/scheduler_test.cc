@@ -51,6 +51,10 @@ class TestBackend final : public Backend {
                                                          size_t n) override {
     return cpu_->Upload(h, n);
   }
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* h,
+                                                      size_t n) override {
+    return cpu_->Pin(h, n);
+  }
   absl::Status Search(const SearchParams& p,
                       absl::Span<std::vector<ScoredDoc>> r,
                       SearchTiming* t) override {
