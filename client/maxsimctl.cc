@@ -243,6 +243,7 @@ std::string CorpusJson(const v1::CorpusInfo& c) {
       ",\"storage_dtype\":", JsonString(DTypeLabel(c.storage_dtype())),
       ",\"num_documents\":", c.num_documents(),
       ",\"num_tokens\":", c.num_tokens(), ",\"bytes\":", c.bytes(),
+      ",\"streamed_bytes\":", c.streamed_bytes(),
       ",\"num_segments\":", c.num_segments(),
       ",\"num_deleted\":", c.num_deleted(),
       ",\"resident_on\":", JsonString(c.resident_on()), "}");
@@ -262,6 +263,7 @@ void PrintCorpusText(const v1::CorpusInfo& c) {
       {"deleted", absl::StrCat(c.num_deleted())},
       {"segments", absl::StrCat(c.num_segments())},
       {"bytes", absl::StrCat(c.bytes())},
+      {"streamed_bytes", absl::StrCat(c.streamed_bytes())},
   };
   for (const auto& [key, value] : rows) {
     std::printf("%-14s %s\n", key.c_str(), value.c_str());

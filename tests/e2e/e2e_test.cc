@@ -211,6 +211,46 @@ TEST_F(E2eTest, MaxsimctlCycleMatchesTheReference) {
   EXPECT_EQ(server_->TerminateAndWait(), 0);
 }
 
+// A corpus placed on the host (its tokens pinned in host memory and streamed
+// to the GPU per search on the GPU backend) ranks like the reference, and
+// reports its streamed bytes.
+TEST_F(E2eTest, HostPlacedCorpusMatchesTheReference) {
+  const std::string d = dir_.string();
+  ASSERT_EQ(
+      RunCommand(Ctl(absl::StrCat(
+                     "generate --out ", d,
+                     " --docs 300 --dim 64 --min-tokens 4 --max-tokens 60 "
+                     "--queries 1 --query-tokens 16 --seed 9")))
+          .first,
+      0);
+  ASSERT_EQ(
+      RunCommand(Ctl("create --name host --dim 64 --placement host")).first, 0);
+  auto [rc, out] = RunCommand(Ctl(absl::StrCat(
+      "add --corpus host --tokens ", d, "/tokens.npy --cu-seqlens ", d,
+      "/cu_seqlens.npy --ids ", d, "/ids.txt --chunk-mb 0.05")));
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = RunCommand(Ctl("--json list"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"placement\":\"host\""), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"streamed_bytes\":0"), std::string::npos) << out;
+  NpyArray q = ReadNpy(dir_ / "query_0.npy").value();
+  std::vector<float> query(q.num_elements());
+  ConvertToFloat(q.data.data(), DType::kFloat32, 0, q.num_elements(),
+                 query.data());
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "--json query --corpus host --query ", d, "/query_0.npy --top-k 20")));
+  ASSERT_EQ(rc, 0) << out;
+  ExpectSame(ParseResults(out), Reference(dir_, query, 64, 20, {}, {}));
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "--json query --corpus host --query ", d,
+      "/query_0.npy --top-k 10 --candidates-file ", d, "/candidates_0.txt")));
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<std::string> candidates;
+  std::ifstream in(dir_ / "candidates_0.txt");
+  for (std::string line; std::getline(in, line);) candidates.push_back(line);
+  ExpectSame(ParseResults(out), Reference(dir_, query, 64, 10, candidates, {}));
+}
+
 // The same documents imported from a safetensors file (tokens as F16,
 // offsets as I32) rank exactly like the .npy import of the cycle above.
 TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
