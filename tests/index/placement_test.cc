@@ -10,9 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "index/corpus.h"
-#include "index/synthetic.h"
 #include "kernels/gpu_backend.h"
-#include "kernels/maxsim_cpu.h"
+#include "tests/index/corpus_test_util.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
 
@@ -21,49 +20,16 @@ namespace {
 
 using ::maxsimd::testing::IsOk;
 using ::maxsimd::testing::StatusIs;
+using ::maxsimd::testing::TestBackend;
 using ::testing::HasSubstr;
 
 constexpr int32_t kDim = 64;
 constexpr int64_t kDocs = 200;
 
-std::unique_ptr<Backend> MakeBackend(bool gpu, int64_t corpus_budget,
-                                     int64_t pinned_budget) {
-  if (gpu) {
-    GpuBackendOptions o;
-    o.limits.max_batch_candidates = 1 << 16;
-    o.corpus_budget_bytes = corpus_budget;
-    o.pinned_budget_bytes = pinned_budget;
-    o.stream_buffer_bytes = 256 << 10;
-    return GpuBackend::Create(o).value();
-  }
-  CpuBackendOptions o;
-  o.num_threads = 2;
-  o.corpus_budget_bytes = corpus_budget;
-  o.pinned_budget_bytes = pinned_budget;
-  return CpuBackend::Create(o).value();
-}
-
 // kDocs synthetic documents, ids "<prefix><i>".
 SegmentData Docs(const CorpusConfig& config, const std::string& prefix,
                  uint64_t seed) {
-  SyntheticCorpusOptions so;
-  so.num_docs = kDocs;
-  so.dim = kDim;
-  so.min_tokens = 1;
-  so.max_tokens = 100;
-  so.seed = seed;
-  SyntheticCorpus s = GenerateSyntheticCorpus(so);
-  std::vector<int32_t> counts;
-  for (int64_t i = 0; i < kDocs; ++i) {
-    s.ids[i] = prefix + std::to_string(i);
-    counts.push_back(
-        static_cast<int32_t>(s.cu_seqlens[i + 1] - s.cu_seqlens[i]));
-  }
-  DocumentBuilder b(config, CorpusLimits{});
-  EXPECT_THAT(b.Add(s.ids, counts, s.tokens.data(), s.cu_seqlens.back(),
-                    DType::kFloat32, "docs"),
-              IsOk());
-  return b.Take();
+  return testing::SyntheticDocs(config, kDocs, 100, seed, prefix, 0);
 }
 
 class PlacementTest : public ::testing::TestWithParam<bool> {
@@ -75,7 +41,7 @@ class PlacementTest : public ::testing::TestWithParam<bool> {
     config_.name = "c";
     config_.dim = kDim;
     // The reference: everything resident, no budget.
-    reference_backend_ = MakeBackend(GetParam(), 0, 0);
+    reference_backend_ = TestBackend(GetParam(), 0, 0);
     reference_ = Corpus::Create(config_, {}, reference_backend_.get()).value();
     ASSERT_THAT(reference_->Append(Docs(config_, "a", 1)), IsOk());
     ASSERT_THAT(reference_->Append(Docs(config_, "b", 2)), IsOk());
@@ -147,7 +113,7 @@ class PlacementTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(PlacementTest, HostPlacementStreamsEverySegment) {
-  auto backend = MakeBackend(GetParam(), 0, 0);
+  auto backend = TestBackend(GetParam(), 0, 0);
   auto corpus = Make(backend.get(), Placement::kHost);
   ASSERT_THAT(corpus->Append(Docs(config_, "a", 1)), IsOk());
   ASSERT_THAT(corpus->Append(Docs(config_, "b", 2)), IsOk());
@@ -162,7 +128,7 @@ TEST_P(PlacementTest, HostPlacementStreamsEverySegment) {
 // and the second on the host; `gpu` refuses the second and keeps the first.
 TEST_P(PlacementTest, AutoGoesToTheHostPastTheBudgetGpuRefuses) {
   const int64_t budget = segment_bytes_ + segment_bytes_ / 2;
-  auto backend = MakeBackend(GetParam(), budget, 0);
+  auto backend = TestBackend(GetParam(), budget, 0);
   auto autop = Make(backend.get(), Placement::kAuto);
   ASSERT_THAT(autop->Append(Docs(config_, "a", 1)), IsOk());
   ASSERT_THAT(autop->Append(Docs(config_, "b", 2)), IsOk());
@@ -174,7 +140,7 @@ TEST_P(PlacementTest, AutoGoesToTheHostPastTheBudgetGpuRefuses) {
             static_cast<int64_t>(snap->segments()[1]->data().tokens.size()));
   ExpectRanksLikeReference(backend.get(), *autop);
 
-  auto other = MakeBackend(GetParam(), budget, 0);
+  auto other = TestBackend(GetParam(), budget, 0);
   auto gpu = Make(other.get(), Placement::kGpu);
   ASSERT_THAT(gpu->Append(Docs(config_, "a", 1)), IsOk());
   EXPECT_THAT(gpu->Append(Docs(config_, "b", 2)),
@@ -185,7 +151,7 @@ TEST_P(PlacementTest, AutoGoesToTheHostPastTheBudgetGpuRefuses) {
 }
 
 TEST_P(PlacementTest, PinnedBudgetRefusesAWriteAndKeepsTheCorpus) {
-  auto backend = MakeBackend(GetParam(), 0, segment_bytes_);
+  auto backend = TestBackend(GetParam(), 0, segment_bytes_);
   auto corpus = Make(backend.get(), Placement::kHost);
   ASSERT_THAT(corpus->Append(Docs(config_, "a", 1)), IsOk());
   EXPECT_THAT(corpus->Append(Docs(config_, "b", 2)),

@@ -10,10 +10,9 @@
 
 #include "gtest/gtest.h"
 #include "index/corpus.h"
-#include "index/synthetic.h"
 #include "kernels/gpu_backend.h"
-#include "kernels/maxsim_cpu.h"
 #include "kernels/sharded_backend.h"
+#include "tests/index/corpus_test_util.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
 
@@ -23,48 +22,21 @@ namespace {
 using ::maxsimd::testing::CompareRanking;
 using ::maxsimd::testing::IsOk;
 using ::maxsimd::testing::StatusIs;
+using ::maxsimd::testing::TestBackend;
 using ::testing::HasSubstr;
 
 constexpr int32_t kDim = 64;
 
-std::unique_ptr<Backend> MakeBackend(bool gpu) {
-  if (gpu) {
-    GpuBackendOptions o;
-    o.limits.max_batch_candidates = 1 << 16;
-    return GpuBackend::Create(o).value();
-  }
-  CpuBackendOptions o;
-  o.num_threads = 2;
-  return CpuBackend::Create(o).value();
-}
-
 std::unique_ptr<Backend> MakeSharded(bool gpu, int shards) {
   std::vector<std::unique_ptr<Backend>> children;
-  for (int i = 0; i < shards; ++i) children.push_back(MakeBackend(gpu));
+  for (int i = 0; i < shards; ++i) children.push_back(TestBackend(gpu));
   return ShardedBackend::Create(std::move(children), 2).value();
 }
 
 // Synthetic documents [first, first + n) as segment data, ids "d<index>".
 SegmentData Docs(const CorpusConfig& config, int64_t first, int64_t n,
                  uint64_t seed) {
-  SyntheticCorpusOptions so;
-  so.num_docs = n;
-  so.dim = kDim;
-  so.min_tokens = 1;
-  so.max_tokens = 300;
-  so.seed = seed;
-  SyntheticCorpus s = GenerateSyntheticCorpus(so);
-  std::vector<int32_t> counts;
-  for (int64_t i = 0; i < n; ++i) {
-    s.ids[i] = "d" + std::to_string(first + i);
-    counts.push_back(
-        static_cast<int32_t>(s.cu_seqlens[i + 1] - s.cu_seqlens[i]));
-  }
-  DocumentBuilder b(config, CorpusLimits{});
-  EXPECT_THAT(b.Add(s.ids, counts, s.tokens.data(), s.cu_seqlens.back(),
-                    DType::kFloat32, "docs"),
-              IsOk());
-  return b.Take();
+  return testing::SyntheticDocs(config, n, 300, seed, "d", first);
 }
 
 class ShardedCorpusTest : public ::testing::TestWithParam<bool> {
@@ -75,7 +47,7 @@ class ShardedCorpusTest : public ::testing::TestWithParam<bool> {
     }
     config_.name = "c";
     config_.dim = kDim;
-    single_backend_ = MakeBackend(GetParam());
+    single_backend_ = TestBackend(GetParam());
     sharded_backend_ = MakeSharded(GetParam(), 3);
     single_ = Corpus::Create(config_, {}, single_backend_.get()).value();
     sharded_ = Corpus::Create(config_, {}, sharded_backend_.get()).value();
@@ -283,7 +255,7 @@ TEST(ShardedBackendTest, CreateRejectsBadArguments) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("shards[0] is null")));
   std::vector<std::unique_ptr<Backend>> one;
-  one.push_back(MakeBackend(false));
+  one.push_back(TestBackend(false));
   EXPECT_THAT(ShardedBackend::Create(std::move(one), 0),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("threads_per_shard")));
