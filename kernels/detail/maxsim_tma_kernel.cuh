@@ -16,14 +16,19 @@
 // arrive by plain bulk copies: loaded once when they fit the per-warpgroup
 // ring, else streamed again for every chunk.
 //
+// The producer also indexes each chunk once for all its query tiles: which
+// segments each 128-column part holds, and each segment's column masks.
+//
 // Consumers: warpgroup w takes tiles w, w + kWG, ... of every chunk; one
-// wgmma chain (k = kDP, N = kN) leaves the 64 x kN scores in registers; the
-// epilogue takes, per document segment, the max over its columns (quad
-// shuffles), folds in the carry of a document that began in an earlier
-// chunk (per-row running maxima in shared memory), and for a document that
-// ends in this chunk writes each warp's 16-row sum to a small table. After
-// a barrier of all consumers, the table is summed per query (fixed order:
-// deterministic) and written to the scores.
+// wgmma chain per 128-column part (k = kDP) leaves its 64 x 128 scores in
+// registers, two accumulators in turn, so that the next part's MMA runs
+// during this part's epilogue. The epilogue takes, per document segment,
+// the max over its columns (quad shuffles), folds in the carry of a
+// document that began in an earlier chunk (per-row running maxima in shared
+// memory), and for a document that ends in this chunk writes each warp's
+// 16-row sum to a small table. After a barrier of all consumers, the table
+// is summed per query (fixed order: deterministic) and written to the
+// scores.
 //
 // Every document token is read from HBM once per launch; the query tiles
 // come from L2.
@@ -57,10 +62,19 @@ struct TmaSeg {
   uint32_t flags = 0;
 };
 
+// Columns per epilogue pass (one accumulator's width in the split
+// consumer): the header indexes segments by part of this width.
+inline constexpr int kTmaPartCols = 128;
+
 struct TmaChunkHeader {
   int32_t nseg = 0;  // -1: the unit is done
-  int32_t unused = 0;
-  TmaSeg seg[kTmaMaxSegs];
+  int32_t unused[3] = {};
+  // Segments [part[i][0], part[i][1]) touch columns [128 i, 128 i + 128).
+  int32_t part[2][2] = {};
+  TmaSeg seg[kTmaMaxSegs];  // 16-byte aligned: one shared load each
+  // mask[s][2t + e], bit i: column 8i + 2t + e of the chunk lies in
+  // segment s (t = lane % 4, the column pair of the MMA fragment).
+  uint32_t mask[kTmaMaxSegs][8];
 };
 
 template <int kDP, int kWG>
@@ -99,6 +113,9 @@ struct TmaShape {
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static_assert(kDocOff % 1024 == 0 && kStageBytes % 1024 == 0, "alignment");
   static_assert(kBarOff % 8 == 0, "alignment");
+  static_assert(kHdrOff % 16 == 0 && sizeof(TmaChunkHeader) % 16 == 0,
+                "segments are read 16 bytes at a time");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
 // Per-lane cache of 32 consecutive int64 values of a global array, shared
@@ -186,13 +203,18 @@ struct TmaBlock {
       cur.cu.limit = p.num_docs + 1;
       cur.tok = cur.cu.Get(cur.j);
     }
-    // Chunk c + 1 is requested before chunk c's query tiles, so that with
-    // streamed tiles the next chunk's rows are in flight while this one
-    // computes.
+    // Chunk c + 1 is requested before most of chunk c's query tiles, so
+    // that with streamed tiles the next chunk's rows are in flight while
+    // this one computes. The first tiles of chunk c go before it: their
+    // slots free up as chunk c - 1 ends, while chunk c + 1 waits for chunk
+    // c - 1 to be wholly consumed, and a consumer starting chunk c should
+    // not wait for that and then for an L2 round trip.
+    constexpr int kEarly = kWG * S::kQStages;
     bool last = IssueChunk(0, cur);
     for (int64_t c = 0; !last; ++c) {
+      if (!resident) IssueQueryTiles(c, 0, min(kEarly, ntiles));
       const bool next_last = IssueChunk(c + 1, cur);
-      if (!resident) IssueQueryTiles(c);
+      if (!resident) IssueQueryTiles(c, min(kEarly, ntiles), ntiles);
       last = next_last;
     }
   }
@@ -215,9 +237,10 @@ struct TmaBlock {
              S::kTileBytes, bar);
   }
 
-  __device__ void IssueQueryTiles(int64_t c) {
+  // Loads tiles [i0, i1) of chunk c.
+  __device__ void IssueQueryTiles(int64_t c, int i0, int i1) {
     const int lane = threadIdx.x & 31;
-    for (int i = 0; i < ntiles; ++i) {
+    for (int i = i0; i < i1; ++i) {
       const int w = i % kWG;
       const int nw = (ntiles - w + kWG - 1) / kWG;
       const int64_t n = c * nw + i / kWG;  // warpgroup w's load count
@@ -333,6 +356,9 @@ struct TmaBlock {
       }
       bytes = nb * box * 128 * S::kHalves;
     }
+    __syncwarp();
+    IndexChunk(h, nseg);
+    __syncwarp();
     if (lane == 0) {
       h->nseg = nseg;
       // After the copies: the barrier's transaction count may go negative
@@ -342,13 +368,50 @@ struct TmaBlock {
     return false;
   }
 
+  // True when segment sg has columns in [base, base + cols), or is empty
+  // (an empty document) and placed at base or inside.
+  __device__ __forceinline__ static bool Touches(const TmaSeg& sg, int base,
+                                                 int cols) {
+    return sg.lo < base + cols && (sg.hi > base || sg.lo >= base);
+  }
+
+  // The consumers' per-chunk index, written once here instead of once per
+  // query tile: which segments each 128-column part holds, and each
+  // segment's column masks. The whole producer warp; segments already in
+  // shared memory.
+  __device__ void IndexChunk(TmaChunkHeader* h, int nseg) {
+    const int lane = threadIdx.x & 31;
+    for (int i = lane; i < nseg * 8; i += 32) {
+      const TmaSeg& sg = h->seg[i / 8];
+      h->mask[i / 8][i % 8] = ColumnBlocks(sg.lo, sg.hi, i % 8);
+    }
+    if (lane < 2) {
+      int first = nseg, end = 0;
+      for (int si = 0; si < nseg; ++si) {
+        if (Touches(h->seg[si], lane * kTmaPartCols, kTmaPartCols)) {
+          first = min(first, si);
+          end = si + 1;
+        }
+      }
+      h->part[lane][0] = first;
+      h->part[lane][1] = end;
+    }
+  }
+
   // ---- consumers
+
+  // 256-token chunks score each tile as two 128-column halves with their
+  // own accumulators, so that a warpgroup's epilogue of one half runs while
+  // its MMA of the next half is in flight.
+  static_assert(S::kN == 2 * kTmaPartCols || S::kN <= kTmaPartCols,
+                "a chunk is one or two parts");
+  static constexpr bool kSplit = S::kN == 2 * kTmaPartCols;
+  static constexpr int kSplitCols = kTmaPartCols;
 
   __device__ void Consume() {
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31;
     const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
-    float acc[S::kN / 2];
     for (int64_t c = 0;; ++c) {
       const int s = static_cast<int>(c % S::kStages);
       MbarWait(&full[s], (c / S::kStages) & 1);
@@ -356,24 +419,13 @@ struct TmaBlock {
       const int nseg = h->nseg;
       if (nseg < 0) break;
       const uint8_t* stage = dsm + s * S::kStageBytes;
-      for (int k = 0; k < nw; ++k) {
-        int slot;
-        if (resident) {
-          slot = wg * S::kQStages + k;
-          if (c == 0) MbarWait(&qfull[slot], 0);
-        } else {
-          const int64_t n = c * nw + k;
-          slot = wg * S::kQStages + static_cast<int>(n % S::kQStages);
-          MbarWait(&qfull[slot], (n / S::kQStages) & 1);
-        }
-        Mma(qsm + slot * S::kTileBytes, stage, acc);
-        if (lane == 0) {
-          if (!resident) MbarArrive(&qempty[slot]);
-          if (k == nw - 1) MbarArrive(&empty[s]);
-        }
-        Epilogue(acc, h, nseg, wg + k * kWG);
+      if (nw == 0) {
+        if (lane == 0) MbarArrive(&empty[s]);
+      } else if constexpr (kSplit) {
+        ChunkSplit(c, s, stage, h, wg, nw);
+      } else {
+        ChunkWhole(c, s, stage, h, wg, nw);
       }
-      if (nw == 0 && lane == 0) MbarArrive(&empty[s]);
       // One barrier per chunk: the partial sums alternate between two
       // tables, so chunk c + 1's epilogue may run while slower threads still
       // sum chunk c's; chunk c + 2 reuses c's table only after the barrier
@@ -384,25 +436,105 @@ struct TmaBlock {
     }
   }
 
-  __device__ __forceinline__ void Mma(const uint8_t* qt, const uint8_t* stage,
-                                      float (&acc)[S::kN / 2]) {
+  // Waits for this warpgroup's k-th query tile of chunk c; returns its slot.
+  __device__ __forceinline__ int AcquireTile(int64_t c, int nw, int k, int wg) {
+    if (resident) {
+      const int slot = wg * S::kQStages + k;
+      if (c == 0) MbarWait(&qfull[slot], 0);
+      return slot;
+    }
+    const int64_t n = c * nw + k;
+    const int slot = wg * S::kQStages + static_cast<int>(n % S::kQStages);
+    MbarWait(&qfull[slot], (n / S::kQStages) & 1);
+    return slot;
+  }
+
+  // Lane 0 of each warp: query tile `slot` is read (streamed tiles), and
+  // after the last tile the chunk's stage is too.
+  __device__ __forceinline__ void Release(int slot, bool last_tile, int s) {
+    if ((threadIdx.x & 31) != 0) return;
+    if (!resident) MbarArrive(&qempty[slot]);
+    if (last_tile) MbarArrive(&empty[s]);
+  }
+
+  // One wgmma chain over a tile: all its columns at once, epilogue after.
+  __device__ __forceinline__ void ChunkWhole(int64_t c, int s,
+                                             const uint8_t* stage,
+                                             const TmaChunkHeader* h, int wg,
+                                             int nw) {
+    float acc[S::kN / 2];
+    for (int k = 0; k < nw; ++k) {
+      const int slot = AcquireTile(c, nw, k, wg);
+      IssueMma<S::kN>(qsm + slot * S::kTileBytes, stage, acc);
+      WgmmaWait<0>();
+      FenceAll(acc);
+      Release(slot, k == nw - 1, s);
+      float pend0 = 0.f, pend1 = 0.f;  // unused: no columns follow
+      EpilogueCols<S::kN>(acc, h, wg + k * kWG, 0, pend0, pend1);
+    }
+  }
+
+  // Each half's MMA runs during the epilogue of the half before it: MMA
+  // (k, 1) during that of (k, 0), MMA (k + 1, 0) during that of (k, 1).
+  // Barrier arrivals and waits happen only while no MMA is in flight (the
+  // compiler serializes wgmmas around an mbarrier operation otherwise); the
+  // epilogue is the longer step, so waiting for MMA (k, 1) before issuing
+  // (k + 1, 0) costs little, and the other warpgroup's MMAs fill the gap.
+  __device__ __forceinline__ void ChunkSplit(int64_t c, int s,
+                                             const uint8_t* stage,
+                                             const TmaChunkHeader* h, int wg,
+                                             int nw) {
+    const uint8_t* stage_hi = stage + kSplitCols * 128;
+    float acc0[kSplitCols / 2], acc1[kSplitCols / 2];
+    int slot = AcquireTile(c, nw, 0, wg);
+    IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage, acc0);
+    // The loop leaves only by the break, with no MMA in flight.
+    for (int k = 0;; ++k) {
+      const int lt = wg + k * kWG;
+      IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage_hi, acc1);
+      WgmmaWait<1>();
+      FenceAll(acc0);
+      // The maxima of the segment that crosses into the second half.
+      float pend0 = 0.f, pend1 = 0.f;
+      EpilogueCols<kSplitCols>(acc0, h, lt, 0, pend0, pend1);
+      WgmmaWait<0>();
+      FenceAll(acc1);
+      Release(slot, k == nw - 1, s);
+      if (k + 1 == nw) {
+        EpilogueCols<kSplitCols>(acc1, h, lt, kSplitCols, pend0, pend1);
+        break;
+      }
+      slot = AcquireTile(c, nw, k + 1, wg);
+      IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage, acc0);
+      EpilogueCols<kSplitCols>(acc1, h, lt, kSplitCols, pend0, pend1);
+    }
+  }
+
+  template <int kRegs>
+  __device__ __forceinline__ static void FenceAll(float (&acc)[kRegs]) {
 #pragma unroll
-    for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
+    for (int i = 0; i < kRegs; ++i) FenceRegister(acc[i]);
+  }
+
+  // Issues (and commits) the wgmma chain of one query tile against kCols
+  // document tokens starting at `cols`; the caller waits for it.
+  template <int kCols>
+  __device__ __forceinline__ void IssueMma(const uint8_t* qt,
+                                           const uint8_t* cols,
+                                           float (&acc)[kCols / 2]) {
+    FenceAll(acc);
     WgmmaFence();
     const uint64_t a0 = SmemDescSw128(qt);
-    const uint64_t b0 = SmemDescSw128(stage);
+    const uint64_t b0 = SmemDescSw128(cols);
 #pragma unroll
     for (int kk = 0; kk < kDP / 16; ++kk) {
       const uint64_t a =
           SmemDescAdvance(a0, (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
       const uint64_t b =
           SmemDescAdvance(b0, (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
-      Wgmma<Tag, S::kN>::Run(acc, a, b, kk > 0 ? 1u : 0u);
+      Wgmma<Tag, kCols>::Run(acc, a, b, kk > 0 ? 1u : 0u);
     }
     WgmmaCommit();
-    WgmmaWaitAll();
-#pragma unroll
-    for (int i = 0; i < S::kN / 2; ++i) FenceRegister(acc[i]);
   }
 
   // Completes segment si for this lane's rows (g, g + 8) of row block rb:
@@ -410,7 +542,6 @@ struct TmaBlock {
   // either the carry for the next chunk or the block's 16-row sum.
   __device__ __forceinline__ void Finish(const TmaSeg& sg, int si, float m0,
                                          float m1, int row, int rb) {
-    const int lane = threadIdx.x & 31;
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
     m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
@@ -419,23 +550,25 @@ struct TmaBlock {
       m0 = fmaxf(m0, carry[row]);
       m1 = fmaxf(m1, carry[row + 8]);
     }
+    // Every lane of a quad holds the same maxima, and the butterfly leaves
+    // the same sum in every lane, so all lanes store (same address, same
+    // value): no lane-divergent branch while an MMA is in flight, which
+    // would make the compiler serialize the wgmmas.
     if ((sg.flags & kSegEnds) == 0) {
-      if ((lane & 3) == 0) {
-        carry[row] = m0;
-        carry[row + 8] = m1;
-      }
+      carry[row] = m0;
+      carry[row + 8] = m1;
     } else if ((sg.flags & kSegSkip) == 0) {
       float v = m0 + m1;
       v += __shfl_xor_sync(0xffffffffu, v, 4);
       v += __shfl_xor_sync(0xffffffffu, v, 8);
       v += __shfl_xor_sync(0xffffffffu, v, 16);
-      if (lane == 0) part[si * S::kRowBlocks + rb] = v;
+      part[si * S::kRowBlocks + rb] = v;
     }
   }
 
-  // The blocks i (of 8 columns; kN <= 256, so at most 32) whose column
-  // 8i + c lies in [lo, hi), as a bit mask: the i from ceil((lo - c) / 8)
-  // to ceil((hi - c) / 8), clamped to [0, 32].
+  // The blocks i (of 8 columns; at most 256 columns, so at most 32) whose
+  // column 8i + c lies in [lo, hi), as a bit mask: the i from
+  // ceil((lo - c) / 8) to ceil((hi - c) / 8), clamped to [0, 32].
   __device__ __forceinline__ static uint32_t ColumnBlocks(int lo, int hi,
                                                           int c) {
     static_assert(S::kN / 8 <= 32, "one bit per 8-column block");
@@ -446,38 +579,45 @@ struct TmaBlock {
     return below_b & ~below_a;
   }
 
-  // Max over columns [lo, hi) of this lane's two rows: straight-line
-  // predicated code, a plain max when the segment fills the chunk. Each row
-  // keeps four partial maxima (columns 8i + e with i even or odd), four
+  // Max over all kCols columns of this lane's two rows. Each row keeps
+  // four partial maxima (columns 8i + e with i even or odd): four
   // independent dependency chains instead of one.
-  __device__ __forceinline__ static void SegMax(const float (&acc)[S::kN / 2],
-                                                int lo, int hi, int t,
-                                                float& m0, float& m1) {
+  template <int kCols>
+  __device__ __forceinline__ static void FullMax(const float (&acc)[kCols / 2],
+                                                 float& m0, float& m1) {
     const float kNegInf = -__int_as_float(0x7f800000);
     float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
-    if (lo == 0 && hi == S::kN) {
 #pragma unroll
-      for (int i = 0; i < S::kN / 8; ++i) {
+    for (int i = 0; i < kCols / 8; ++i) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+      for (int e = 0; e < 2; ++e) {
+        a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
+        b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
+      }
+    }
+    m0 = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
+    m1 = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
+  }
+
+  // The same over the columns whose 8-column block bit is set in in0 (the
+  // lane's even column of each block) and in1 (its odd column): straight-
+  // line predicated code, one bit test per column pair.
+  template <int kCols>
+  __device__ __forceinline__ static void MaskedMax(
+      const float (&acc)[kCols / 2], uint32_t in0, uint32_t in1, float& m0,
+      float& m1) {
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    const uint32_t in[2] = {in0, in1};
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (in[e] & (1u << i)) {
           a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
           b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
-        }
-      }
-    } else {
-      // Bit i of in[e]: column 8i + 2t + e lies in [lo, hi). One bit test
-      // per column pair instead of an add and a compare.
-      const uint32_t in[2] = {ColumnBlocks(lo, hi, 2 * t),
-                              ColumnBlocks(lo, hi, 2 * t + 1)};
-#pragma unroll
-      for (int i = 0; i < S::kN / 8; ++i) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (in[e] & (1u << i)) {
-            a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
-            b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
-          }
         }
       }
     }
@@ -485,20 +625,48 @@ struct TmaBlock {
     m1 = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
   }
 
-  // The segmented max of one tile, segment by segment. lt: the tile's index
-  // within the block's tiles [ta, ta + ntiles).
-  __device__ __forceinline__ void Epilogue(const float (&acc)[S::kN / 2],
-                                           const TmaChunkHeader* h, int nseg,
-                                           int lt) {
+  // The segmented max of chunk columns [base, base + kCols) of one tile,
+  // segment by segment. lt: the tile's index within the block's tiles
+  // [ta, ta + ntiles). A segment that continues past these columns leaves
+  // its maxima in pend0 / pend1 (at most one does: segments are ordered),
+  // and the call for the next columns folds them in.
+  template <int kCols>
+  __device__ __forceinline__ void EpilogueCols(const float (&acc)[kCols / 2],
+                                               const TmaChunkHeader* h, int lt,
+                                               int base, float& pend0,
+                                               float& pend1) {
+    static_assert(kCols <= kTmaPartCols, "one part per pass");
     const int warp = (threadIdx.x / 32) % 4;
     if (kWG == 1 && warp >= 2) return;  // rows past a 32-row tile
     const int t = threadIdx.x & 3;
     const int row = lt * S::kTileRows + warp * 16 + ((threadIdx.x & 31) >> 2);
     const int rb = lt * S::kBlocksPerTile + warp;
-    for (int si = 0; si < nseg; ++si) {
-      const TmaSeg sg = h->seg[si];
+    const int part_index = base / kTmaPartCols;
+    const int s1 = h->part[part_index][1];
+    for (int si = h->part[part_index][0]; si < s1; ++si) {
+      const int4 raw = *reinterpret_cast<const int4*>(&h->seg[si]);
+      TmaSeg sg;
+      sg.lo = raw.x;
+      sg.hi = raw.y;
+      sg.out = static_cast<uint32_t>(raw.z);
+      sg.flags = static_cast<uint32_t>(raw.w);
+      const uint2 mk = *reinterpret_cast<const uint2*>(&h->mask[si][2 * t]);
       float m0, m1;
-      SegMax(acc, sg.lo, sg.hi, t, m0, m1);
+      if (sg.lo <= base && sg.hi >= base + kCols) {
+        FullMax<kCols>(acc, m0, m1);
+      } else {
+        const int shift = base / 8;
+        MaskedMax<kCols>(acc, mk.x >> shift, mk.y >> shift, m0, m1);
+      }
+      if (sg.lo < base) {
+        m0 = fmaxf(m0, pend0);
+        m1 = fmaxf(m1, pend1);
+      }
+      if (sg.hi > base + kCols) {
+        pend0 = m0;
+        pend1 = m1;
+        continue;
+      }
       Finish(sg, si, m0, m1, row, rb);
     }
   }

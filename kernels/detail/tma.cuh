@@ -116,9 +116,13 @@ __device__ __forceinline__ void WgmmaFence() {
 __device__ __forceinline__ void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most kPending committed MMA groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending)
+               : "memory");
 }
+__device__ __forceinline__ void WgmmaWaitAll() { WgmmaWait<0>(); }
 // Tells the compiler that `r` may change here (the asynchronous MMAs write
 // their accumulators behind its back).
 __device__ __forceinline__ void FenceRegister(float& r) {
