@@ -203,6 +203,8 @@ const char* DTypeLabel(v1::DType t) {
       return "float16";
     case v1::DTYPE_BFLOAT16:
       return "bfloat16";
+    case v1::DTYPE_INT8:
+      return "int8";
     default:
       return "unspecified";
   }
@@ -241,6 +243,7 @@ std::string CorpusJson(const v1::CorpusInfo& c) {
       ",\"placement\":", JsonString(PlacementLabel(c.placement())),
       ",\"normalize\":", c.normalize() ? "true" : "false",
       ",\"storage_dtype\":", JsonString(DTypeLabel(c.storage_dtype())),
+      ",\"quantize_queries\":", c.quantize_queries() ? "true" : "false",
       ",\"num_documents\":", c.num_documents(),
       ",\"num_tokens\":", c.num_tokens(), ",\"bytes\":", c.bytes(),
       ",\"streamed_bytes\":", c.streamed_bytes(),
@@ -255,6 +258,7 @@ void PrintCorpusText(const v1::CorpusInfo& c) {
       {"dim", absl::StrCat(c.dim())},
       {"layout", LayoutLabel(c.layout())},
       {"storage_dtype", DTypeLabel(c.storage_dtype())},
+      {"quantize_queries", c.quantize_queries() ? "true" : "false"},
       {"placement", PlacementLabel(c.placement())},
       {"resident_on", c.resident_on()},
       {"normalize", c.normalize() ? "true" : "false"},
@@ -266,7 +270,7 @@ void PrintCorpusText(const v1::CorpusInfo& c) {
       {"streamed_bytes", absl::StrCat(c.streamed_bytes())},
   };
   for (const auto& [key, value] : rows) {
-    std::printf("%-14s %s\n", key.c_str(), value.c_str());
+    std::printf("%-16s %s\n", key.c_str(), value.c_str());
   }
 }
 
@@ -354,16 +358,40 @@ int RunCreate(const Globals& g, const Flags& f) {
   absl::StatusOr<int64_t> dim = ParseInt(f, "dim", 1, 1 << 20);
   if (!dim.ok()) return PrintError(dim.status(), kExitUsage);
   request.set_dim(static_cast<int32_t>(*dim));
-  request.set_layout(v1::LAYOUT_DENSE);
+  const std::string layout = f.Get("layout");
   const std::string dtype = f.Get("dtype");
-  if (dtype == "float16") {
-    request.set_storage_dtype(v1::DTYPE_FLOAT16);
-  } else if (dtype == "bfloat16") {
-    request.set_storage_dtype(v1::DTYPE_BFLOAT16);
+  if (layout == "dense") {
+    request.set_layout(v1::LAYOUT_DENSE);
+    if (dtype.empty() || dtype == "float16") {
+      request.set_storage_dtype(v1::DTYPE_FLOAT16);
+    } else if (dtype == "bfloat16") {
+      request.set_storage_dtype(v1::DTYPE_BFLOAT16);
+    } else {
+      return PrintError(
+          UsageError(absl::StrCat(
+              "--dtype must be float16 or bfloat16 for --layout dense, got '",
+              dtype, "'")),
+          kExitUsage);
+    }
+    if (f.Bool("quantize-queries")) {
+      return PrintError(UsageError("--quantize-queries needs --layout int8"),
+                        kExitUsage);
+    }
+  } else if (layout == "int8") {
+    request.set_layout(v1::LAYOUT_INT8);
+    if (!dtype.empty() && dtype != "int8") {
+      return PrintError(
+          UsageError(absl::StrCat("--dtype ", dtype,
+                                  " is for --layout dense; an int8 corpus "
+                                  "stores int8 codes with per-token scales")),
+          kExitUsage);
+    }
+    request.set_storage_dtype(v1::DTYPE_INT8);
+    request.set_quantize_queries(f.Bool("quantize-queries"));
   } else {
     return PrintError(
-        UsageError(absl::StrCat("--dtype must be float16 or bfloat16, got '",
-                                dtype, "'")),
+        UsageError(
+            absl::StrCat("--layout must be dense or int8, got '", layout, "'")),
         kExitUsage);
   }
   const std::string placement = f.Get("placement");
@@ -714,14 +742,15 @@ int RunList(const Globals& g, const Flags&) {
     }
     std::vector<std::vector<std::string>> rows;
     for (const v1::CorpusInfo& c : corpora) {
-      rows.push_back(
-          {c.name(), absl::StrCat(c.dim()), DTypeLabel(c.storage_dtype()),
-           absl::StrCat(c.num_documents()), absl::StrCat(c.num_tokens()),
-           absl::StrCat(c.bytes()), c.resident_on()});
+      rows.push_back({c.name(), absl::StrCat(c.dim()), LayoutLabel(c.layout()),
+                      DTypeLabel(c.storage_dtype()),
+                      absl::StrCat(c.num_documents()),
+                      absl::StrCat(c.num_tokens()), absl::StrCat(c.bytes()),
+                      c.resident_on()});
     }
-    PrintTable(
-        {"name", "dim", "dtype", "documents", "tokens", "bytes", "resident_on"},
-        rows, {false, true, false, true, true, true, false});
+    PrintTable({"name", "dim", "layout", "dtype", "documents", "tokens",
+                "bytes", "resident_on"},
+               rows, {false, true, false, false, true, true, true, false});
     return absl::OkStatus();
   }());
 }
@@ -889,7 +918,17 @@ const std::vector<CommandDef>& Commands() {
        {{"name", "N", "corpus name ([A-Za-z0-9_.-], 1 to 128 chars)", nullptr,
          true},
         {"dim", "D", "embedding dimension", nullptr, true},
-        {"dtype", "float16|bfloat16", "storage element type", "float16", false},
+        {"layout", "dense|int8",
+         "storage layout: dense float16/bfloat16 tokens, or int8 codes with "
+         "one fp32 scale per token (CPU backend only for now)",
+         "dense", false},
+        {"dtype", "float16|bfloat16",
+         "storage element type of a dense corpus (default float16)", nullptr,
+         false},
+        {"quantize-queries", nullptr,
+         "int8 corpora: quantise query tokens too (int8 x int8 scoring) "
+         "instead of rounding them to float16",
+         nullptr, false},
         {"normalize", nullptr, "L2-normalise document and query tokens",
          nullptr, false},
         {"placement", "auto|gpu|host", "where the tokens live", "auto", false}},

@@ -1,6 +1,7 @@
 #include "index/corpus.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <iterator>
 #include <map>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/storage.h"
 #include "kernels/element.h"
+#include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 
 namespace maxsimd {
@@ -47,6 +49,10 @@ std::vector<SegmentData> SplitByTokens(SegmentData data, int pieces) {
     }
     d.tokens.assign(data.tokens.begin() + t0 * row_bytes,
                     data.tokens.begin() + data.cu_seqlens[last] * row_bytes);
+    if (!data.scales.empty()) {
+      d.scales.assign(data.scales.begin() + t0,
+                      data.scales.begin() + data.cu_seqlens[last]);
+    }
     d.ids.assign(std::make_move_iterator(data.ids.begin() + first),
                  std::make_move_iterator(data.ids.begin() + last));
     first = last;
@@ -77,16 +83,53 @@ absl::Status ValidateCorpusConfig(const CorpusConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         "dim is ", config.dim, ", must be in [1, ", limits.max_dim, "]"));
   }
-  if (config.layout != Layout::kDense) {
-    return absl::UnimplementedError(
-        "layout: only LAYOUT_DENSE is served by this version");
+  switch (config.layout) {
+    case Layout::kDense:
+      if (config.storage_dtype != DType::kFloat16 &&
+          config.storage_dtype != DType::kBFloat16) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "storage_dtype is ", DTypeName(config.storage_dtype),
+            "; LAYOUT_DENSE stores DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
+      }
+      if (config.quantize_queries) {
+        return absl::InvalidArgumentError(
+            "quantize_queries is set; it is only valid with LAYOUT_INT8");
+      }
+      return absl::OkStatus();
+    case Layout::kInt8:
+      if (config.storage_dtype != DType::kInt8) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "storage_dtype is ", DTypeName(config.storage_dtype),
+            "; LAYOUT_INT8 stores DTYPE_INT8 (leave storage_dtype unset)"));
+      }
+      return absl::OkStatus();
+    case Layout::kPlaid:
+      return absl::UnimplementedError(
+          "layout: LAYOUT_PLAID is not served by this version; import a PLAID "
+          "index into a LAYOUT_DENSE or LAYOUT_INT8 corpus instead "
+          "(ImportDocumentsRequest.plaid_dir)");
   }
-  if (config.storage_dtype != DType::kFloat16 &&
-      config.storage_dtype != DType::kBFloat16) {
-    return absl::InvalidArgumentError(
-        "storage_dtype must be DTYPE_FLOAT16 or DTYPE_BFLOAT16");
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "layout is ", static_cast<int>(config.layout), ", not a known layout"));
+}
+
+absl::Status CheckBackendServes(const CorpusConfig& config,
+                                const Backend& backend) {
+  if (backend.SupportsDType(config.storage_dtype)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "layout: ",
+      config.layout == Layout::kInt8 ? "LAYOUT_INT8" : "this layout",
+      " needs a backend that scores ", DTypeName(config.storage_dtype),
+      " tokens; backend ", backend.name(),
+      " has no kernel for it yet (the CPU backend, --cpu, has)"));
+}
+
+int64_t StoredRowBytes(const CorpusConfig& config) {
+  return int64_t{config.dim} *
+             static_cast<int64_t>(DTypeSize(config.storage_dtype)) +
+         (config.storage_dtype == DType::kInt8
+              ? static_cast<int64_t>(sizeof(float))
+              : 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -102,7 +145,7 @@ CorpusSnapshot::CorpusSnapshot(
     const Segment& seg = *segments_[s];
     bytes_ += seg.bytes();
     if (seg.streamed()) {
-      streamed_bytes_ += static_cast<int64_t>(seg.data().tokens.size());
+      streamed_bytes_ += seg.token_bytes();
     }
     live_docs_ += seg.num_docs();
     live_tokens_ += seg.num_tokens();
@@ -210,17 +253,27 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
   }
   // Convert into a scratch area first so a bad value leaves nothing behind.
   const int32_t dim = config_.dim;
+  const bool int8 = data_.dtype == DType::kInt8;
   const size_t out_row = static_cast<size_t>(dim) * DTypeSize(data_.dtype);
   const size_t old_size = data_.tokens.size();
+  const size_t old_rows = data_.scales.size();
   data_.tokens.resize(old_size + static_cast<size_t>(num_rows) * out_row);
+  if (int8) data_.scales.resize(old_rows + static_cast<size_t>(num_rows));
+  auto undo = [&] {
+    data_.tokens.resize(old_size);
+    data_.scales.resize(old_rows);
+  };
   std::vector<float> row(static_cast<size_t>(dim));
-  const float max_finite = data_.dtype == DType::kFloat16 ? 65504.f : 3.38e38f;
+  // Int8 rows have no range limit: their scale is fp32.
+  const float max_finite = data_.dtype == DType::kFloat16 ? 65504.f
+                           : int8                         ? FLT_MAX
+                                                          : 3.38e38f;
   for (int64_t r = 0; r < num_rows; ++r) {
     ConvertToFloat(tokens, dtype, r * dim, dim, row.data());
     double norm2 = 0.0;
     for (int32_t j = 0; j < dim; ++j) {
       if (!std::isfinite(row[j])) {
-        data_.tokens.resize(old_size);
+        undo();
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
                          row[j], "; values must be finite"));
@@ -233,15 +286,20 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
     }
     for (int32_t j = 0; j < dim; ++j) {
       if (std::fabs(row[j]) > max_finite) {
-        data_.tokens.resize(old_size);
+        undo();
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
                          row[j], ", outside the range of the corpus's ",
                          DTypeName(data_.dtype), " storage"));
       }
     }
-    ConvertFromFloat(row.data(), dim, data_.dtype,
-                     data_.tokens.data() + old_size + r * out_row);
+    char* out = data_.tokens.data() + old_size + r * out_row;
+    if (int8) {
+      data_.scales[old_rows + r] =
+          QuantizeInt8Row(row.data(), dim, reinterpret_cast<int8_t*>(out));
+    } else {
+      ConvertFromFloat(row.data(), dim, data_.dtype, out);
+    }
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     data_.ids.push_back(ids[i]);
@@ -280,6 +338,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Create(
     const CorpusConfig& config, const CorpusLimits& limits, Backend* backend,
     std::unique_ptr<CorpusStore> store) {
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
+  MAXSIMD_RETURN_IF_ERROR(CheckBackendServes(config, *backend));
   return std::shared_ptr<Corpus>(
       new Corpus(config, limits, backend, std::move(store)));
 }
@@ -294,6 +353,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
     std::unique_ptr<CorpusStore> store, StoredCorpus contents) {
   const CorpusConfig config = contents.manifest.config;
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
+  MAXSIMD_RETURN_IF_ERROR(CheckBackendServes(config, *backend));
   const std::vector<StoredSegment>& stored = contents.manifest.segments;
   std::vector<std::shared_ptr<const Segment>> segments;
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones;
@@ -387,6 +447,11 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
         merged.tokens.insert(merged.tokens.end(),
                              d.tokens.begin() + d.cu_seqlens[doc] * row,
                              d.tokens.begin() + d.cu_seqlens[doc + 1] * row);
+        if (!d.scales.empty()) {  // int8
+          merged.scales.insert(merged.scales.end(),
+                               d.scales.begin() + d.cu_seqlens[doc],
+                               d.scales.begin() + d.cu_seqlens[doc + 1]);
+        }
         merged.cu_seqlens.push_back(merged.cu_seqlens.back() +
                                     d.cu_seqlens[doc + 1] - d.cu_seqlens[doc]);
       }
@@ -459,9 +524,16 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   absl::MutexLock write_lock(&write_mu_);
   const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
   if (data.dim != config_.dim || data.dtype != config_.storage_dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Append: documents have dim ", data.dim, " but corpus \"",
-                     config_.name, "\" has dim ", config_.dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Append: documents have dim ", data.dim, " and dtype ",
+        DTypeName(data.dtype), " but corpus \"", config_.name, "\" has dim ",
+        config_.dim, " and dtype ", DTypeName(config_.storage_dtype)));
+  }
+  const size_t rows = static_cast<size_t>(data.cu_seqlens.back());
+  if (data.scales.size() != (data.dtype == DType::kInt8 ? rows : 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Append: documents have ", data.scales.size(), " scales for ", rows,
+        " ", DTypeName(data.dtype), " token rows"));
   }
   for (const std::string& id : data.ids) {
     if (base->Find(id)) {

@@ -30,6 +30,9 @@
 
 namespace maxsimd {
 
+// Storage layouts. Values are part of the manifest format (index/FORMAT.md).
+// kDense stores float16 or bfloat16 tokens; kInt8 stores int8 codes with
+// one fp32 scale per token (kernels/quantize.h); kPlaid is not served yet.
 enum class Layout { kDense, kInt8, kPlaid };
 
 struct CorpusConfig {
@@ -38,8 +41,16 @@ struct CorpusConfig {
   Layout layout = Layout::kDense;
   Placement placement = Placement::kAuto;
   bool normalize = false;
+  // kFloat16 or kBFloat16 for kDense; kInt8 for kInt8.
   DType storage_dtype = DType::kFloat16;
+  // kInt8 only: queries are quantised like documents instead of rounded to
+  // float16 (SearchParams::quantize_queries).
+  bool quantize_queries = false;
 };
+
+// Bytes one stored token row of `config` takes: dim elements of its storage
+// dtype, plus an fp32 scale for the int8 layout.
+int64_t StoredRowBytes(const CorpusConfig& config);
 
 // Limits on what a corpus accepts, from the server's flags.
 struct CorpusLimits {
@@ -54,8 +65,15 @@ struct CorpusLimits {
 };
 
 // Checks a corpus name and configuration; names the field and the limit.
+// INVALID_ARGUMENT for a bad value; UNIMPLEMENTED for layout kPlaid.
 absl::Status ValidateCorpusConfig(const CorpusConfig& config,
                                   const CorpusLimits& limits);
+
+// Checks that `backend` scores the storage dtype of `config`'s layout:
+// UNIMPLEMENTED naming `layout` otherwise (an int8 corpus on a backend
+// without the int8 kernel).
+absl::Status CheckBackendServes(const CorpusConfig& config,
+                                const Backend& backend);
 
 // One consistent view of a corpus: its segments and their tombstones.
 class CorpusSnapshot {
@@ -80,7 +98,8 @@ class CorpusSnapshot {
   int64_t live_tokens() const { return live_tokens_; }
   int64_t deleted_docs() const { return deleted_docs_; }
   int64_t bytes() const { return bytes_; }
-  // Token bytes of the segments kept in host memory and streamed per search.
+  // Token bytes (with int8 scales) of the segments kept in host memory and
+  // streamed per search.
   int64_t streamed_bytes() const { return streamed_bytes_; }
   // Internal index that the next appended document will get.
   int64_t next_index() const;
@@ -107,7 +126,8 @@ class CorpusSnapshot {
 
 // Accumulates the documents of one AddDocuments stream, converting tokens to
 // the corpus's storage dtype as they arrive (L2-normalised when the corpus
-// asks) so that a large load is never held in fp32.
+// asks, then rounded to float16/bfloat16 or, for the int8 layout, quantised
+// per row) so that a large load is never held in fp32.
 class DocumentBuilder {
  public:
   DocumentBuilder(const CorpusConfig& config, const CorpusLimits& limits);
@@ -159,7 +179,8 @@ class Corpus {
   // `backend` must outlive the corpus. With a `store`, every write is
   // committed to it (index/FORMAT.md) before it is published: a write that
   // returns OK is durable, and one that fails leaves the corpus unchanged
-  // in memory and on disk.
+  // in memory and on disk. Errors: ValidateCorpusConfig's and
+  // CheckBackendServes's.
   static absl::StatusOr<std::shared_ptr<Corpus>> Create(
       const CorpusConfig& config, const CorpusLimits& limits, Backend* backend,
       std::unique_ptr<CorpusStore> store);
@@ -168,7 +189,8 @@ class Corpus {
       const CorpusConfig& config, const CorpusLimits& limits, Backend* backend);
   // The corpus a store holds: `contents` as CorpusStore::Open read them.
   // Each segment goes to its recorded shard (modulo the backend's shards).
-  // Errors: the config's validation, or the backend's upload errors.
+  // Errors: the config's validation (CheckBackendServes included), or the
+  // backend's upload errors.
   static absl::StatusOr<std::shared_ptr<Corpus>> Restore(
       const CorpusLimits& limits, Backend* backend,
       std::unique_ptr<CorpusStore> store, StoredCorpus contents);

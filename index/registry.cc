@@ -104,6 +104,8 @@ absl::Status CorpusRegistry::CheckFreeLocked(const std::string& name) const {
 absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Create(
     const CorpusConfig& config) {
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits_));
+  // Before the directory exists: a refused corpus leaves nothing behind.
+  MAXSIMD_RETURN_IF_ERROR(CheckBackendServes(config, *backend_));
   absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -196,6 +198,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
   CorpusConfig& config = contents.manifest.config;
   if (!name.empty()) config.name = name;
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits_));
+  MAXSIMD_RETURN_IF_ERROR(CheckBackendServes(config, *backend_));
   const std::string target = config.name;
   absl::MutexLock names(&alias_mu_);
   {

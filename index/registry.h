@@ -44,8 +44,9 @@ class CorpusRegistry {
   };
   absl::StatusOr<LoadReport> LoadAll() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Errors: INVALID_ARGUMENT for a bad config, ALREADY_EXISTS for a taken
-  // name, and with a data directory the storage errors.
+  // Errors: INVALID_ARGUMENT for a bad config, UNIMPLEMENTED for a layout
+  // the backend does not score (CheckBackendServes), ALREADY_EXISTS for a
+  // taken name, and with a data directory the storage errors.
   absl::StatusOr<std::shared_ptr<Corpus>> Create(const CorpusConfig& config)
       ABSL_LOCKS_EXCLUDED(mu_);
   // NOT_FOUND for an unknown name; a corpus that failed to load returns

@@ -18,23 +18,30 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
   }
   // An empty token array still gets a (zero-byte) buffer so views are valid.
-  const void* tokens = seg->data_.tokens.data();
-  const size_t token_bytes = seg->data_.tokens.size();
-  if (placement == Placement::kHost) {
+  const SegmentData& d = seg->data_;
+  const bool int8 = d.dtype == DType::kInt8;
+  auto place = [&](bool pin) -> absl::Status {
+    auto put = [&](const void* host, size_t bytes) {
+      return pin ? store->Pin(host, bytes) : store->Upload(host, bytes);
+    };
+    seg->resident_scales_.reset();
     MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
-                             store->Pin(tokens, token_bytes));
-    seg->streamed_ = true;
-  } else {
-    absl::StatusOr<std::unique_ptr<ResidentBuffer>> copy =
-        store->Upload(tokens, token_bytes);
-    if (placement == Placement::kAuto &&
-        absl::IsResourceExhausted(copy.status())) {
-      copy = store->Pin(tokens, token_bytes);
-      seg->streamed_ = true;
+                             put(d.tokens.data(), d.tokens.size()));
+    if (int8) {
+      MAXSIMD_ASSIGN_OR_RETURN(
+          seg->resident_scales_,
+          put(d.scales.data(), d.scales.size() * sizeof(float)));
     }
-    if (!copy.ok()) return copy.status();
-    seg->resident_tokens_ = *std::move(copy);
+    seg->streamed_ = pin;
+    return absl::OkStatus();
+  };
+  absl::Status placed = place(placement == Placement::kHost);
+  if (placement == Placement::kAuto && absl::IsResourceExhausted(placed)) {
+    seg->resident_tokens_.reset();  // what fitted goes back first
+    seg->resident_scales_.reset();
+    placed = place(true);
   }
+  MAXSIMD_RETURN_IF_ERROR(placed);
   MAXSIMD_ASSIGN_OR_RETURN(
       seg->resident_cu_seqlens_,
       store->Upload(seg->data_.cu_seqlens.data(),
@@ -43,8 +50,8 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
 }
 
 int64_t Segment::bytes() const {
-  return static_cast<int64_t>(data_.tokens.size() +
-                              data_.cu_seqlens.size() * sizeof(int64_t));
+  return token_bytes() +
+         static_cast<int64_t>(data_.cu_seqlens.size() * sizeof(int64_t));
 }
 
 std::optional<int64_t> Segment::Find(absl::string_view id) const {
@@ -56,6 +63,7 @@ std::optional<int64_t> Segment::Find(absl::string_view id) const {
 SegmentView Segment::HostView(const uint32_t* tombstones) const {
   SegmentView v;
   v.tokens = data_.tokens.data();
+  v.scales = data_.dtype == DType::kInt8 ? data_.scales.data() : nullptr;
   v.cu_seqlens = data_.cu_seqlens.data();
   v.tombstones = tombstones;
   v.num_docs = num_docs();
@@ -69,6 +77,9 @@ SegmentView Segment::HostView(const uint32_t* tombstones) const {
 SegmentView Segment::ResidentView(const uint32_t* tombstones) const {
   SegmentView v = HostView(tombstones);
   v.tokens = resident_tokens_->data();
+  if (resident_scales_ != nullptr) {
+    v.scales = static_cast<const float*>(resident_scales_->data());
+  }
   v.cu_seqlens = static_cast<const int64_t*>(resident_cu_seqlens_->data());
   return v;
 }

@@ -1,9 +1,10 @@
 // Immutable corpus segments and their tombstone sets.
 //
 // A segment holds a run of documents in ragged layout: one packed [T, dim]
-// token array in the corpus's storage dtype plus int64 cu_seqlens offsets,
-// the documents' external ids, and a resident copy of the arrays made by the
-// compute backend (device memory for the GPU backend). Deletes never touch a
+// token array in the corpus's storage dtype plus int64 cu_seqlens offsets
+// (and, for the int8 layout, one fp32 scale per token row), the documents'
+// external ids, and a resident copy of the arrays made by the compute
+// backend (device memory for the GPU backend). Deletes never touch a
 // segment: they produce a new TombstoneSet for it, so a reader holding the
 // old snapshot keeps seeing exactly what it started with.
 //
@@ -34,22 +35,27 @@ namespace maxsimd {
 // (index/FORMAT.md).
 enum class Placement { kAuto, kGpu, kHost };
 
-// Documents ready to become a segment: validated, converted to the storage
-// dtype and (when the corpus asks) L2-normalised.
+// Documents ready to become a segment: validated, (when the corpus asks)
+// L2-normalised, and converted to the storage dtype, or for the int8 layout
+// quantised (kernels/quantize.h).
 struct SegmentData {
   int32_t dim = 0;
   DType dtype = DType::kFloat16;
   std::vector<char> tokens;         // [cu_seqlens.back(), dim] of dtype
   std::vector<int64_t> cu_seqlens;  // [ids.size() + 1], starts at 0
   std::vector<std::string> ids;     // unique within the segment
+  // dtype kInt8: [cu_seqlens.back()], the scale of each token row; empty
+  // for every other dtype.
+  std::vector<float> scales;
 };
 
 class Segment {
  public:
   // Places the arrays on shard `shard` of `backend` as `placement` asks
   // and indexes the ids. `base_index` is the internal index of the first
-  // document. Errors: RESOURCE_EXHAUSTED when the shard has no room under
-  // that placement (nothing is kept).
+  // document. An int8 segment's scales go where its tokens go (both
+  // resident, or both pinned and streamed). Errors: RESOURCE_EXHAUSTED when
+  // the shard has no room under that placement (nothing is kept).
   static absl::StatusOr<std::shared_ptr<const Segment>> Create(
       SegmentData data, int64_t base_index, Backend* backend, int shard = 0,
       Placement placement = Placement::kGpu);
@@ -65,10 +71,16 @@ class Segment {
   }
   int32_t dim() const { return data_.dim; }
   DType dtype() const { return data_.dtype; }
-  // Bytes of token storage and offsets held by this segment.
+  // Bytes of token storage (tokens, and int8 scales) and offsets held by
+  // this segment.
   int64_t bytes() const;
+  // Bytes of tokens and scales: what a host placement streams per search.
+  int64_t token_bytes() const {
+    return static_cast<int64_t>(data_.tokens.size() +
+                                data_.scales.size() * sizeof(float));
+  }
   const std::string& id(int64_t doc) const { return data_.ids[doc]; }
-  // The host arrays (ids, offsets, tokens in the storage dtype).
+  // The host arrays (ids, offsets, tokens in the storage dtype, scales).
   const SegmentData& data() const { return data_; }
   // Row of `id` in this segment, deleted or not.
   std::optional<int64_t> Find(absl::string_view id) const;
@@ -90,6 +102,7 @@ class Segment {
   bool streamed_ = false;
   absl::flat_hash_map<std::string, int64_t> rows_;
   std::unique_ptr<ResidentBuffer> resident_tokens_;
+  std::unique_ptr<ResidentBuffer> resident_scales_;  // int8 only
   std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;
 };
 

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -183,10 +184,11 @@ class Cursor {
 };
 
 // Checks the framing of a whole file of `kind` and returns the payloads of
-// its blocks, which must carry `tags` in this order.
+// its blocks, which must carry `tags` in this order, followed by those of
+// `optional` (in this order, each present or not) that the file holds.
 absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     absl::string_view bytes, FileKind kind, const std::vector<uint32_t>& tags,
-    absl::string_view name) {
+    absl::string_view name, const std::vector<uint32_t>& optional = {}) {
   constexpr size_t kHeader = sizeof(kMagic) + 8;
   if (bytes.size() < sizeof(kMagic) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -210,7 +212,7 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
   // The file CRC is built from the pieces' CRCs, so that every byte is
   // hashed once.
   uint32_t file_crc = Crc(bytes.substr(0, kHeader));
-  for (uint32_t want : tags) {
+  auto read_block = [&](uint32_t want) -> absl::Status {
     if (bytes.size() - at < 12 + 4) {
       return Loss(name,
                   absl::StrCat("truncated before block '", TagName(want), "'"));
@@ -239,6 +241,16 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     file_crc = CrcJoin(file_crc, Crc(bytes.substr(at + 12 + len, 4)), 4);
     payloads.push_back(bytes.substr(at + 12, len));
     at += 12 + len + 4;
+    return absl::OkStatus();
+  };
+  for (uint32_t want : tags) MAXSIMD_RETURN_IF_ERROR(read_block(want));
+  for (uint32_t want : optional) {
+    // Present when its tag comes next: the end tag is no block's tag, and a
+    // damaged tag fails the end-tag check below.
+    uint32_t next;
+    if (bytes.size() - at < 4) break;
+    std::memcpy(&next, bytes.data() + at, 4);
+    if (next == want) MAXSIMD_RETURN_IF_ERROR(read_block(want));
   }
   if (bytes.size() - at < 8) return Loss(name, "truncated before its end");
   uint32_t end, stored_crc;
@@ -257,10 +269,23 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
 absl::StatusOr<DType> StoredDType(uint32_t v, const Cursor& c) {
   if (v == 1) return DType::kFloat16;
   if (v == 2) return DType::kBFloat16;
+  if (v == 3) return DType::kInt8;
   return c.Malformed(absl::StrCat("has storage dtype ", v));
 }
 
-uint32_t StoredDTypeCode(DType d) { return d == DType::kBFloat16 ? 2 : 1; }
+// FORMAT.md's storage dtype codes (not DType's values).
+uint32_t StoredDTypeCode(DType d) {
+  switch (d) {
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt8:
+      return 3;
+    case DType::kFloat16:
+    case DType::kFloat32:  // never stored; a corpus config refuses it
+      break;
+  }
+  return 1;
+}
 
 std::string Join(const std::string& dir, absl::string_view file) {
   return absl::StrCat(dir, "/", file);
@@ -336,6 +361,11 @@ std::string EncodeSegmentFile(const SegmentData& data) {
   f.Block(Tag("ids "), ids);
   f.Block(Tag("toks"),
           absl::string_view(data.tokens.data(), data.tokens.size()));
+  if (data.dtype == DType::kInt8) {
+    f.Block(Tag("scal"),
+            absl::string_view(reinterpret_cast<const char*>(data.scales.data()),
+                              data.scales.size() * sizeof(float)));
+  }
   return f.Finish();
 }
 
@@ -344,7 +374,8 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> b,
       ParseFile(bytes, kSegmentKind,
-                {Tag("meta"), Tag("offs"), Tag("ids "), Tag("toks")}, name));
+                {Tag("meta"), Tag("offs"), Tag("ids "), Tag("toks")}, name,
+                {Tag("scal")}));
   SegmentData data;
   Cursor meta(b[0], name, Tag("meta"));
   MAXSIMD_ASSIGN_OR_RETURN(data.dim, meta.Get<int32_t>());
@@ -395,6 +426,35 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
                                 " tokens of dim ", data.dim, " need ", want));
   }
   data.tokens.assign(b[3].begin(), b[3].end());
+  const bool int8 = data.dtype == DType::kInt8;
+  if (int8 != (b.size() == 5)) {
+    return meta.Malformed(
+        absl::StrCat("has storage dtype ", dtype,
+                     int8 ? " but the file has no 'scal' block"
+                          : " but the file has a 'scal' block"));
+  }
+  if (!int8) return data;
+  for (size_t i = 0; i < data.tokens.size(); ++i) {
+    if (static_cast<int8_t>(data.tokens[i]) == -128) {
+      return Cursor(b[3], name, Tag("toks"))
+          .Malformed(absl::StrCat("holds int8 code -128 at element ", i,
+                                  "; codes are in [-127, 127]"));
+    }
+  }
+  if (b[4].size() != static_cast<uint64_t>(tokens) * sizeof(float)) {
+    return Cursor(b[4], name, Tag("scal"))
+        .Malformed(absl::StrCat("has ", b[4].size(), " bytes; ", tokens,
+                                " tokens need ", tokens * sizeof(float)));
+  }
+  data.scales.resize(static_cast<size_t>(tokens));
+  std::memcpy(data.scales.data(), b[4].data(), b[4].size());
+  for (size_t t = 0; t < data.scales.size(); ++t) {
+    if (!(data.scales[t] >= 0.f) || !std::isfinite(data.scales[t])) {
+      return Cursor(b[4], name, Tag("scal"))
+          .Malformed(absl::StrCat("holds scale ", data.scales[t], " for token ",
+                                  t, "; scales are finite and >= 0"));
+    }
+  }
   return data;
 }
 
@@ -446,6 +506,11 @@ std::string EncodeManifest(const Manifest& m) {
   Put<uint32_t>(&conf, static_cast<uint32_t>(m.config.placement));
   Put<uint8_t>(&conf, m.config.normalize ? 1 : 0);
   Put<uint32_t>(&conf, StoredDTypeCode(m.config.storage_dtype));
+  // Only an int8 corpus has the byte, so that a dense corpus's manifest is
+  // what builds before the int8 layout wrote.
+  if (m.config.layout == Layout::kInt8) {
+    Put<uint8_t>(&conf, m.config.quantize_queries ? 1 : 0);
+  }
   f.Block(Tag("conf"), conf);
   std::string next;
   Put<uint64_t>(&next, m.next_file);
@@ -477,11 +542,19 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
   MAXSIMD_ASSIGN_OR_RETURN(uint32_t placement, conf.Get<uint32_t>());
   MAXSIMD_ASSIGN_OR_RETURN(uint8_t normalize, conf.Get<uint8_t>());
   MAXSIMD_ASSIGN_OR_RETURN(uint32_t dtype, conf.Get<uint32_t>());
-  MAXSIMD_RETURN_IF_ERROR(conf.ExpectEnd());
-  if (layout > 2 || placement > 2 || normalize > 1) {
-    return conf.Malformed(absl::StrCat("has layout ", layout, ", placement ",
-                                       placement, ", normalize ", normalize));
+  uint8_t quantize_queries = 0;
+  if (layout == 1) {  // int8
+    MAXSIMD_ASSIGN_OR_RETURN(quantize_queries, conf.Get<uint8_t>());
   }
+  MAXSIMD_RETURN_IF_ERROR(conf.ExpectEnd());
+  if (layout > 2 || placement > 2 || normalize > 1 || quantize_queries > 1 ||
+      (layout == 1) != (dtype == 3)) {
+    return conf.Malformed(
+        absl::StrCat("has layout ", layout, ", placement ", placement,
+                     ", normalize ", normalize, ", storage dtype ", dtype,
+                     ", quantize_queries ", quantize_queries));
+  }
+  m.config.quantize_queries = quantize_queries == 1;
   m.config.layout = static_cast<Layout>(layout);
   m.config.placement = static_cast<Placement>(placement);
   m.config.normalize = normalize == 1;

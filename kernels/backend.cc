@@ -50,6 +50,11 @@ absl::Status ValidateSearchParams(const SearchParams& p,
           absl::StrCat("Search: segments[", s, "].dim is ", v.dim,
                        ", the queries have dim ", p.dim));
     }
+    if (v.dtype == DType::kInt8 && v.num_tokens > 0 &&
+        (v.scales == nullptr || p.segments[s].resident.scales == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Search: segments[", s, "] is int8 and has no scales"));
+    }
   }
   if (p.candidate_offsets != nullptr && p.num_queries > 0) {
     const int64_t total = p.candidate_offsets[p.num_queries];

@@ -68,6 +68,19 @@ struct SegmentRef {
 // [query_offsets[i], query_offsets[i + 1]) of query_tokens; an empty query
 // scores 0 against every document.
 //
+// Int8 segments (dtype kInt8, with scales) score query row i against
+// document token row j as
+//
+//   quantize_queries false:  d_scale[j] * sum_k fp16(q[i,k]) * d[j,k]
+//   quantize_queries true:   (q_scale[i] * d_scale[j]) * float(sum_k
+//                            qq[i,k] * d[j,k])
+//
+// where fp16() rounds to the nearest float16 (ties to even, as the GPU
+// stages queries for dense float16 corpora), qq and q_scale are the query
+// row quantised by kernels/quantize.h, the first sum accumulates in fp32
+// and the second in int32 (exact). MaxSim is then as for dense segments.
+// Dense segments ignore quantize_queries.
+//
 // Candidate lists: query i's candidates are
 // candidates[candidate_offsets[i] .. candidate_offsets[i + 1]). Each pair is
 // scored as given: a duplicate is scored (and may be returned) twice, so the
@@ -82,6 +95,7 @@ struct SearchParams {
   const int64_t* candidate_offsets = nullptr;  // [num_queries + 1] or null
   const DocRef* candidates = nullptr;
   const int32_t* top_k = nullptr;  // [num_queries], each in [1, kMaxTopK]
+  bool quantize_queries = false;   // int8 segments only, see above
 };
 
 // The storage behind one SearchParams: stacked fp32 query tokens, offsets,
@@ -97,6 +111,7 @@ struct SearchBatch {
   std::vector<int64_t> cand_offsets;
   std::vector<DocRef> candidates;
   int32_t dim = 0;
+  bool quantize_queries = false;  // SearchParams::quantize_queries
 
   // Appends one query of q.size() / dim tokens.
   void AddQuery(const std::vector<float>& q, int32_t k) {
@@ -112,6 +127,7 @@ struct SearchBatch {
     p.dim = dim;
     p.segments = refs;
     p.top_k = top_k.data();
+    p.quantize_queries = quantize_queries;
     if (!cand_offsets.empty()) {
       p.candidate_offsets = cand_offsets.data();
       p.candidates = candidates.data();
@@ -194,6 +210,15 @@ class Backend {
 
   // False after a sticky device error; the server then reports NOT_SERVING.
   virtual bool healthy() const = 0;
+
+  // Whether Search() scores segments stored as `dtype`. Every backend
+  // scores float16 and bfloat16 (the dense layout); a backend with kernels
+  // for more says so. The index asks before it accepts a corpus whose
+  // layout needs another dtype (int8), so that a backend without the
+  // kernel refuses the corpus at creation rather than every search.
+  virtual bool SupportsDType(DType dtype) const {
+    return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  }
 
   // Data may be spread over shards (the GPUs of a ShardedBackend); one
   // segment lives wholly in one shard, and Search() reads each SegmentRef

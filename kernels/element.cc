@@ -1,5 +1,8 @@
 #include "kernels/element.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace maxsimd {
 
 const char* DTypeName(DType t) {
@@ -10,6 +13,8 @@ const char* DTypeName(DType t) {
       return "float16";
     case DType::kBFloat16:
       return "bfloat16";
+    case DType::kInt8:
+      return "int8";
   }
   return "unknown";
 }
@@ -31,6 +36,11 @@ void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
       for (int64_t i = 0; i < n; ++i) out[i] = BFloat16ToFloat(src[i]);
       return;
     }
+    case DType::kInt8: {
+      const int8_t* src = static_cast<const int8_t*>(base) + first;
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(src[i]);
+      return;
+    }
   }
 }
 
@@ -47,6 +57,14 @@ void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out) {
     case DType::kBFloat16: {
       uint16_t* dst = static_cast<uint16_t*>(out);
       for (int64_t i = 0; i < n; ++i) dst[i] = FloatToBFloat16(in[i]);
+      return;
+    }
+    case DType::kInt8: {
+      int8_t* dst = static_cast<int8_t*>(out);
+      for (int64_t i = 0; i < n; ++i) {
+        dst[i] = static_cast<int8_t>(
+            std::min(127.f, std::max(-127.f, std::rint(in[i]))));
+      }
       return;
     }
   }

@@ -1,5 +1,9 @@
 // Host-side element access for embedding arrays of any DType.
 //
+// Int8 elements convert as their integer codes: the per-row scales of the
+// int8 layout are applied by the callers that hold them (kernels/quantize.h
+// makes codes and scales).
+//
 // Thread-safety: pure functions.
 #ifndef MAXSIMD_KERNELS_ELEMENT_H_
 #define MAXSIMD_KERNELS_ELEMENT_H_
@@ -21,6 +25,8 @@ inline float LoadAsFloat(const void* base, DType dtype, int64_t i) {
       return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
     case DType::kBFloat16:
       return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kInt8:
+      return static_cast<float>(static_cast<const int8_t*>(base)[i]);
   }
   return 0.f;
 }
@@ -30,6 +36,8 @@ void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
                     float* out);
 
 // Converts n fp32 values to `dtype`, writing n * DTypeSize(dtype) bytes.
+// To int8: each value rounded to the nearest integer (ties to even) and
+// clamped to [-127, 127], with no scale.
 void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out);
 
 }  // namespace maxsimd

@@ -598,6 +598,12 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   const DType dtype = params.segments[0].resident.dtype;
   for (size_t s = 0; s < params.segments.size(); ++s) {
     const SegmentView& v = params.segments[s].resident;
+    if (v.dtype == DType::kInt8) {
+      return absl::UnimplementedError(absl::StrCat(
+          "GpuBackend::Search: segments[", s,
+          "] is layout int8: the GPU kernel for int8 corpora is not built "
+          "yet; serve them with the CPU backend (--cpu)"));
+    }
     if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),

@@ -6,11 +6,24 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/element.h"
+#include "kernels/half.h"
+#include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 #include "kernels/topk_cpu.h"
 
 namespace maxsimd {
+
+// The query rows of one search in the forms int8 segments score against
+// (SearchParams: fp16-rounded, or quantised); empty when no segment is
+// int8. Built once per Search(), shared read-only by the workers.
+struct Int8Queries {
+  std::vector<float> fp16;    // [rows, dim], each value rounded to fp16
+  std::vector<int8_t> codes;  // [rows, dim]
+  std::vector<float> scales;  // [rows]
+};
+
 namespace {
 
 // A view of host memory; `held` counts the bytes of its backend's live
@@ -32,13 +45,17 @@ class HostBuffer final : public ResidentBuffer {
   std::shared_ptr<std::atomic<int64_t>> held_;
 };
 
-// Dot product of two fp32 rows with 16 independent partial sums, which the
-// compiler turns into SIMD lanes without reassociating a single sum.
+// MaxSim of `lq` fp32 query rows against `ld` fp32 document rows. Each dot
+// product runs over 16 independent partial sums, which the compiler turns
+// into SIMD lanes without reassociating a single sum. With `doc_scales`
+// (int8 documents decoded to their codes) cell (s, t) is
+// doc_scales[t] * dot, else the dot itself.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=haswell", "default")))
 #endif
 float MaxSimAgainstDoc(const float* query, int64_t lq, const float* doc,
-                       int64_t ld, int32_t dim, float* row_max) {
+                       const float* doc_scales, int64_t ld, int32_t dim,
+                       float* row_max) {
   constexpr int kLanes = 16;
   for (int64_t s = 0; s < lq; ++s) {
     row_max[s] = -std::numeric_limits<float>::infinity();
@@ -55,6 +72,7 @@ float MaxSimAgainstDoc(const float* query, int64_t lq, const float* doc,
       float dot = 0.f;
       for (int l = 0; l < kLanes; ++l) dot += acc[l];
       for (int32_t j = main; j < dim; ++j) dot += q[j] * d[j];
+      if (doc_scales != nullptr) dot = doc_scales[t] * dot;
       row_max[s] = std::fmax(row_max[s], dot);
     }
   }
@@ -63,30 +81,112 @@ float MaxSimAgainstDoc(const float* query, int64_t lq, const float* doc,
   return total;
 }
 
+// |int8 dot| <= 127^2 * dim stays below 2^31 up to this width.
+constexpr int32_t kMaxInt8Dim = 1 << 17;
+
+// MaxSim of `lq` quantised query rows against `ld` int8 document rows:
+// cell (s, t) = (query_scales[s] * doc_scales[t]) * float(int32 dot), the
+// dot exact in int32 (dim <= kMaxInt8Dim).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=haswell", "default")))
+#endif
+float MaxSimInt8AgainstDoc(const int8_t* query, const float* query_scales,
+                           int64_t lq, const int8_t* doc,
+                           const float* doc_scales, int64_t ld, int32_t dim,
+                           float* row_max) {
+  for (int64_t s = 0; s < lq; ++s) {
+    row_max[s] = -std::numeric_limits<float>::infinity();
+  }
+  for (int64_t t = 0; t < ld; ++t) {
+    const int8_t* d = doc + t * dim;
+    for (int64_t s = 0; s < lq; ++s) {
+      const int8_t* q = query + s * dim;
+      int32_t dot = 0;
+      for (int32_t j = 0; j < dim; ++j) {
+        dot += static_cast<int32_t>(q[j]) * static_cast<int32_t>(d[j]);
+      }
+      const float cell =
+          (query_scales[s] * doc_scales[t]) * static_cast<float>(dot);
+      row_max[s] = std::fmax(row_max[s], cell);
+    }
+  }
+  float total = 0.f;
+  for (int64_t s = 0; s < lq; ++s) total += row_max[s];
+  return total;
+}
+
+Int8Queries PrepareInt8Queries(const SearchParams& p) {
+  Int8Queries out;
+  bool any = false;
+  for (const SegmentRef& r : p.segments)
+    any |= r.resident.dtype == DType::kInt8;
+  if (!any || p.num_queries == 0) return out;
+  const int64_t rows = p.query_offsets[p.num_queries];
+  const size_t n = static_cast<size_t>(rows) * p.dim;
+  if (p.quantize_queries) {
+    out.codes.resize(n);
+    out.scales.resize(static_cast<size_t>(rows));
+    QuantizeInt8Rows(p.query_tokens, rows, p.dim, out.codes.data(),
+                     out.scales.data());
+  } else {
+    out.fp16.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      out.fp16[i] = HalfToFloat(FloatToHalf(p.query_tokens[i]));
+    }
+  }
+  return out;
+}
+
 // Per-worker scratch: one document decoded to fp32, and the running maxima.
 struct Scratch {
   std::vector<float> doc;
   std::vector<float> row_max;
 };
 
-// Decodes document `d` of `seg` into scratch and returns its token count.
-int64_t DecodeDoc(const SegmentView& seg, int64_t d, Scratch* scratch) {
+// Document `d` of a segment, ready to score: fp32 rows (a dense document
+// decoded, or an int8 one's codes as fp32 with its scales), or, when int8
+// queries score it, its int8 rows and scales in place.
+struct DocRows {
+  const float* f32 = nullptr;
+  const int8_t* i8 = nullptr;
+  const float* scales = nullptr;  // int8 only
+  int64_t ld = 0;
+};
+
+DocRows PrepareDoc(const SearchParams& p, const SegmentView& seg, int64_t d,
+                   Scratch* scratch) {
+  DocRows rows;
   const int64_t begin = seg.cu_seqlens[d];
-  const int64_t ld = seg.cu_seqlens[d + 1] - begin;
-  const size_t need = static_cast<size_t>(ld * seg.dim);
+  rows.ld = seg.cu_seqlens[d + 1] - begin;
+  if (seg.dtype == DType::kInt8) {
+    rows.scales = seg.scales + begin;
+    if (p.quantize_queries) {
+      rows.i8 = static_cast<const int8_t*>(seg.tokens) + begin * seg.dim;
+      return rows;
+    }
+  }
+  const size_t need = static_cast<size_t>(rows.ld * seg.dim);
   if (scratch->doc.size() < need) scratch->doc.resize(need);
-  ConvertToFloat(seg.tokens, seg.dtype, begin * seg.dim, ld * seg.dim,
+  ConvertToFloat(seg.tokens, seg.dtype, begin * seg.dim, rows.ld * seg.dim,
                  scratch->doc.data());
-  return ld;
+  rows.f32 = scratch->doc.data();
+  return rows;
 }
 
-float ScoreDecoded(const SearchParams& p, int32_t q, const Scratch& scratch,
-                   int64_t ld, std::vector<float>* row_max) {
+float ScoreDoc(const SearchParams& p, const Int8Queries& int8_queries,
+               int32_t q, const DocRows& doc, std::vector<float>* row_max) {
   const int64_t q0 = p.query_offsets[q];
   const int64_t lq = p.query_offsets[q + 1] - q0;
   if (row_max->size() < static_cast<size_t>(lq)) row_max->resize(lq);
-  return MaxSimAgainstDoc(p.query_tokens + q0 * p.dim, lq, scratch.doc.data(),
-                          ld, p.dim, row_max->data());
+  if (doc.i8 != nullptr) {
+    return MaxSimInt8AgainstDoc(int8_queries.codes.data() + q0 * p.dim,
+                                int8_queries.scales.data() + q0, lq, doc.i8,
+                                doc.scales, doc.ld, p.dim, row_max->data());
+  }
+  const float* query =
+      doc.scales != nullptr ? int8_queries.fp16.data() : p.query_tokens;
+  return MaxSimAgainstDoc(query + q0 * p.dim, lq, doc.f32, doc.scales, doc.ld,
+                          p.dim, row_max->data());
 }
 
 int64_t NowNs() {
@@ -130,15 +230,24 @@ absl::Status CpuBackend::Search(const SearchParams& params,
                                 SearchTiming* timing) {
   MAXSIMD_RETURN_IF_ERROR(
       ValidateSearchParams(params, options_.limits, results.size()));
+  if (params.quantize_queries && params.dim > kMaxInt8Dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Search: dim is ", params.dim,
+                     "; int8 dot products of quantised "
+                     "queries stay exact in int32 up to dim ",
+                     kMaxInt8Dim));
+  }
   const int64_t start = NowNs();
+  const Int8Queries int8_queries = PrepareInt8Queries(params);
   absl::Status status = params.candidate_offsets == nullptr
-                            ? Scan(params, results)
-                            : Gather(params, results);
+                            ? Scan(params, int8_queries, results)
+                            : Gather(params, int8_queries, results);
   if (timing != nullptr) timing->kernel_ns = NowNs() - start;
   return status;
 }
 
 absl::Status CpuBackend::Scan(const SearchParams& p,
+                              const Int8Queries& int8_queries,
                               absl::Span<std::vector<ScoredDoc>> results) {
   const int workers = pool_.size();
   // heaps[w * num_queries + q]: worker w's running top-k for query q.
@@ -164,10 +273,10 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
           const SegmentView& seg = p.segments[s].resident;
           const int64_t d = i - seg_start[s];
           if (IsTombstoned(seg.tombstones, d)) continue;
-          const int64_t ld = DecodeDoc(seg, d, &scratch[w]);
+          const DocRows doc = PrepareDoc(p, seg, d, &scratch[w]);
           for (int32_t q = 0; q < p.num_queries; ++q) {
             const float score =
-                ScoreDecoded(p, q, scratch[w], ld, &scratch[w].row_max);
+                ScoreDoc(p, int8_queries, q, doc, &scratch[w].row_max);
             heaps[w * p.num_queries + q].Push({score, seg.base_index + d});
           }
         }
@@ -182,6 +291,7 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
 }
 
 absl::Status CpuBackend::Gather(const SearchParams& p,
+                                const Int8Queries& int8_queries,
                                 absl::Span<std::vector<ScoredDoc>> results) {
   const int64_t total = p.candidate_offsets[p.num_queries];
   // Scores of every (query, candidate) pair; bounded by
@@ -198,9 +308,8 @@ absl::Status CpuBackend::Gather(const SearchParams& p,
       const DocRef& r = p.candidates[c];
       const SegmentView& seg = p.segments[r.segment].resident;
       if (IsTombstoned(seg.tombstones, r.doc)) continue;
-      const int64_t ld = DecodeDoc(seg, r.doc, &scratch[w]);
-      scores[c] =
-          ScoreDecoded(p, owner[c], scratch[w], ld, &scratch[w].row_max);
+      const DocRows doc = PrepareDoc(p, seg, r.doc, &scratch[w]);
+      scores[c] = ScoreDoc(p, int8_queries, owner[c], doc, &scratch[w].row_max);
     }
   });
   for (int32_t q = 0; q < p.num_queries; ++q) {

@@ -2,7 +2,9 @@
 //
 // It serves when no GPU is present, so CI and laptops run the whole service,
 // and it is the fast oracle for large kernel tests (the scalar oracle in
-// maxsim_reference.h is the exact one). Accumulation is fp32.
+// maxsim_reference.h is the exact one). Accumulation is fp32 (int32 for
+// the int8 dot products of quantised queries, backend.h). It scores every
+// dtype, int8 corpora included.
 //
 // Thread-safety: as Backend. Searches share one thread pool; concurrent
 // Search() calls take turns on it.
@@ -19,6 +21,8 @@
 #include "kernels/thread_pool.h"
 
 namespace maxsimd {
+
+struct Int8Queries;  // maxsim_cpu.cc: a search's queries for int8 segments
 
 struct CpuBackendOptions {
   int num_threads = 0;  // <= 0: one per hardware thread
@@ -47,13 +51,16 @@ class CpuBackend final : public Backend {
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
   bool healthy() const override { return true; }
+  // Every dtype: float32, float16, bfloat16 and int8 (with scales).
+  bool SupportsDType(DType) const override { return true; }
 
  private:
   explicit CpuBackend(const CpuBackendOptions& options);
 
-  absl::Status Scan(const SearchParams& params,
+  absl::Status Scan(const SearchParams& params, const Int8Queries& int8_queries,
                     absl::Span<std::vector<ScoredDoc>> results);
   absl::Status Gather(const SearchParams& params,
+                      const Int8Queries& int8_queries,
                       absl::Span<std::vector<ScoredDoc>> results);
 
   CpuBackendOptions options_;

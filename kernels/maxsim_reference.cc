@@ -5,23 +5,64 @@
 #include <limits>
 
 #include "kernels/element.h"
+#include "kernels/half.h"
+#include "kernels/quantize.h"
 
 namespace maxsimd {
+namespace {
+
+// Cell (s, t) for a dense segment: <q_s, d_t> in fp64.
+double DenseCell(const float* q, const SegmentView& seg, int64_t t) {
+  double dot = 0.0;
+  for (int32_t j = 0; j < seg.dim; ++j) {
+    dot += static_cast<double>(q[j]) *
+           LoadAsFloat(seg.tokens, seg.dtype, t * seg.dim + j);
+  }
+  return dot;
+}
+
+}  // namespace
 
 double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
-                      int64_t doc) {
+                      int64_t doc, bool quantize_queries) {
   const int64_t begin = seg.cu_seqlens[doc];
   const int64_t end = seg.cu_seqlens[doc + 1];
+  const bool int8 = seg.dtype == DType::kInt8;
+  const int8_t* codes = static_cast<const int8_t*>(seg.tokens);
+  std::vector<float> q16(static_cast<size_t>(seg.dim));
+  std::vector<int8_t> qq(static_cast<size_t>(seg.dim));
   double total = 0.0;
   for (int64_t s = 0; s < lq; ++s) {
+    const float* q = query + s * seg.dim;
+    // The query row as an int8 segment scores it (backend.h).
+    float q_scale = 0.f;
+    if (int8 && quantize_queries) {
+      q_scale = QuantizeInt8Row(q, seg.dim, qq.data());
+    } else if (int8) {
+      for (int32_t j = 0; j < seg.dim; ++j) {
+        q16[j] = HalfToFloat(FloatToHalf(q[j]));
+      }
+    }
     double best = -std::numeric_limits<double>::infinity();
     for (int64_t t = begin; t < end; ++t) {
-      double dot = 0.0;
-      for (int32_t j = 0; j < seg.dim; ++j) {
-        dot += static_cast<double>(query[s * seg.dim + j]) *
-               LoadAsFloat(seg.tokens, seg.dtype, t * seg.dim + j);
+      double cell;
+      if (!int8) {
+        cell = DenseCell(q, seg, t);
+      } else if (quantize_queries) {
+        int64_t dot = 0;
+        for (int32_t j = 0; j < seg.dim; ++j) {
+          dot += int64_t{qq[j]} * codes[t * seg.dim + j];
+        }
+        cell = static_cast<double>(q_scale) * seg.scales[t] *
+               static_cast<double>(dot);
+      } else {
+        double dot = 0.0;
+        for (int32_t j = 0; j < seg.dim; ++j) {
+          dot += static_cast<double>(q16[j]) * codes[t * seg.dim + j];
+        }
+        cell = static_cast<double>(seg.scales[t]) * dot;
       }
-      best = std::fmax(best, dot);
+      best = std::fmax(best, cell);
     }
     total += best;
   }
@@ -37,7 +78,8 @@ std::vector<std::vector<ScoredDoc>> ReferenceSearch(const SearchParams& p) {
     auto score = [&](int32_t s, int64_t d) {
       const SegmentView& seg = p.segments[s].host;
       if (IsTombstoned(seg.tombstones, d)) return;
-      all.push_back({static_cast<float>(ReferenceScore(query, lq, seg, d)),
+      all.push_back({static_cast<float>(
+                         ReferenceScore(query, lq, seg, d, p.quantize_queries)),
                      seg.base_index + d});
     };
     if (p.candidate_offsets == nullptr) {

@@ -16,12 +16,14 @@ namespace maxsimd {
 
 // MaxSim of one query ([lq, seg.dim] fp32, host) against document `doc` of a
 // host segment view. A document with no tokens scores -inf (0 when lq == 0).
-// NaN products are ignored by the max, as fmax does.
+// NaN products are ignored by the max, as fmax does. An int8 view is scored
+// by backend.h's int8 formulas (queries rounded to fp16, or quantised when
+// `quantize_queries`), the dot products and their scaling in fp64.
 double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
-                      int64_t doc);
+                      int64_t doc, bool quantize_queries = false);
 
 // Full oracle for one batch: every query's exact top-k, reading only the
-// `host` views of params.segments.
+// `host` views of params.segments (and params.quantize_queries).
 std::vector<std::vector<ScoredDoc>> ReferenceSearch(const SearchParams& params);
 
 }  // namespace maxsimd

@@ -143,6 +143,12 @@ bool ShardedBackend::healthy() const {
                      [](const auto& s) { return s->healthy(); });
 }
 
+bool ShardedBackend::SupportsDType(DType dtype) const {
+  return std::all_of(shards_.begin(), shards_.end(), [dtype](const auto& s) {
+    return s->SupportsDType(dtype);
+  });
+}
+
 int ShardedBackend::num_shards() const {
   return static_cast<int>(shards_.size());
 }
@@ -182,6 +188,14 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
       return absl::InvalidArgumentError(
           absl::StrCat("ShardedBackend::Search: segments[", i, "].shard is ",
                        ref.shard, "; the backend has ", n, " shards"));
+    }
+    if (!shards_[ref.shard]->SupportsDType(ref.resident.dtype)) {
+      return absl::UnimplementedError(
+          absl::StrCat("ShardedBackend::Search: segments[", i, "] is ",
+                       DTypeName(ref.resident.dtype), " (layout ",
+                       ref.resident.dtype == DType::kInt8 ? "int8" : "dense",
+                       "): shard ", ref.shard, " (", shards_[ref.shard]->name(),
+                       ") has no kernel for it"));
     }
     local[i] = static_cast<int64_t>(parts[ref.shard].refs.size());
     parts[ref.shard].refs.push_back(ref);

@@ -48,6 +48,8 @@ class ShardedBackend final : public Backend {
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
   bool healthy() const override;
+  // True when every shard scores `dtype`.
+  bool SupportsDType(DType dtype) const override;
   int num_shards() const override;
   Backend* shard(int i) override;
   // One entry per device: shards on one GPU add up their corpus and

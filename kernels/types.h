@@ -23,10 +23,23 @@ enum class DType : uint8_t {
   kFloat32 = 0,
   kFloat16 = 1,
   kBFloat16 = 2,
+  // Per-token symmetric int8 (the int8 corpus layout): each token row has
+  // one fp32 scale next to it, SegmentView::scales (kernels/quantize.h).
+  // A storage dtype only; queries never arrive as int8.
+  kInt8 = 3,
 };
 
 inline constexpr size_t DTypeSize(DType t) {
-  return t == DType::kFloat32 ? 4 : 2;
+  switch (t) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt8:
+      return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      break;
+  }
+  return 2;
 }
 
 const char* DTypeName(DType t);
@@ -36,7 +49,11 @@ const char* DTypeName(DType t);
 // segment may hold more than 2^31 elements. The pointers live in one memory
 // space: host memory for the CPU backend, device memory for the GPU backend.
 struct SegmentView {
-  const void* tokens = nullptr;          // [num_tokens, dim] row-major, dtype
+  const void* tokens = nullptr;  // [num_tokens, dim] row-major, dtype
+  // dtype kInt8 only: [num_tokens] fp32 scales, one per token row, in the
+  // same memory space as `tokens` (token row t is tokens[t] * scales[t]);
+  // nullptr for every other dtype.
+  const float* scales = nullptr;
   const int64_t* cu_seqlens = nullptr;   // [num_docs + 1], cu_seqlens[0] == 0
   const uint32_t* tombstones = nullptr;  // num_docs bits, bit set = deleted;
                                          // nullptr means nothing deleted

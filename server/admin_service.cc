@@ -52,12 +52,19 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
       return absl::InvalidArgumentError(absl::StrCat(
           "placement is ", r.placement(), ", not a known Placement"));
   }
+  // Unset: the layout's default. DTYPE_INT8 exists only as a storage
+  // dtype (DecodeDType, for input tensors, refuses it);
+  // ValidateCorpusConfig checks that the dtype fits the layout.
   if (r.storage_dtype() == v1::DTYPE_UNSPECIFIED) {
-    c.storage_dtype = DType::kFloat16;
+    c.storage_dtype =
+        c.layout == Layout::kInt8 ? DType::kInt8 : DType::kFloat16;
+  } else if (r.storage_dtype() == v1::DTYPE_INT8) {
+    c.storage_dtype = DType::kInt8;
   } else {
     MAXSIMD_ASSIGN_OR_RETURN(c.storage_dtype,
                              DecodeDType(r.storage_dtype(), "storage_dtype"));
   }
+  c.quantize_queries = r.quantize_queries();
   return c;
 }
 
@@ -69,6 +76,8 @@ v1::DType ToProto(DType t) {
       return v1::DTYPE_FLOAT16;
     case DType::kBFloat16:
       return v1::DTYPE_BFLOAT16;
+    case DType::kInt8:
+      return v1::DTYPE_INT8;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -132,9 +141,7 @@ class AddReactor final
         DecodeTensor(request_.tokens(), corpus_->config().dim, 1,
                      static_cast<int64_t>(request_.ids_size()) * max_doc_tokens,
                      absl::StrCat(where, ": tokens")));
-    const int64_t row_bytes =
-        int64_t{corpus_->config().dim} *
-        static_cast<int64_t>(DTypeSize(corpus_->config().storage_dtype));
+    const int64_t row_bytes = StoredRowBytes(corpus_->config());
     if ((builder_->num_tokens() + view.rows) * row_bytes >
         service_->limits().max_stream_bytes) {
       return absl::ResourceExhaustedError(
@@ -190,6 +197,7 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
   info->set_num_tokens(snap->live_tokens());
   info->set_bytes(snap->bytes());
   info->set_streamed_bytes(snap->streamed_bytes());
+  info->set_quantize_queries(c.quantize_queries);
   info->set_num_segments(static_cast<int32_t>(snap->segments().size()));
   info->set_num_deleted(snap->deleted_docs());
   info->set_resident_on(resident_on);
@@ -401,13 +409,19 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
     }
     // A PLAID index is refused before it is decoded when its dense tokens
     // would exceed the limit checked below.
+    // floor(max_stream_bytes * dim / row_bytes), without overflow.
+    const int64_t row_bytes = StoredRowBytes(corpus->config());
+    const int64_t dim = corpus->config().dim;
     files.max_token_values =
-        limits_.max_stream_bytes /
-        static_cast<int64_t>(DTypeSize(corpus->config().storage_dtype));
+        limits_.max_stream_bytes / row_bytes * dim +
+        limits_.max_stream_bytes % row_bytes * dim / row_bytes;
     MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
+    const DType stored = corpus->config().storage_dtype;
+    const int64_t rows = docs.cu_seqlens.empty() ? 0 : docs.cu_seqlens.back();
     const int64_t stored_bytes =
         static_cast<int64_t>(docs.tokens.size()) *
-        static_cast<int64_t>(DTypeSize(corpus->config().storage_dtype));
+            static_cast<int64_t>(DTypeSize(stored)) +
+        (stored == DType::kInt8 ? rows * int64_t{sizeof(float)} : 0);
     if (stored_bytes > limits_.max_stream_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("ImportDocuments: ", stored_bytes,

@@ -11,6 +11,8 @@
 namespace maxsimd {
 namespace {
 
+constexpr float kMaxFloat16 = 65504.f;
+
 std::string Field(absl::string_view prefix, absl::string_view name) {
   return prefix.empty() ? std::string(name) : absl::StrCat(prefix, ".", name);
 }
@@ -26,6 +28,11 @@ absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
       return DType::kFloat16;
     case v1::DTYPE_BFLOAT16:
       return DType::kBFloat16;
+    case v1::DTYPE_INT8:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field,
+                       " is DTYPE_INT8, a storage dtype only; tensors must be "
+                       "DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           field, " is ", static_cast<int>(dtype),
@@ -80,6 +87,10 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
       DecodeTensor(req.query(), config.dim, 1, limits.max_query_tokens,
                    Field(field, "query")));
   out.num_tokens = view.rows;
+  // An int8 corpus that does not quantise queries scores them rounded to
+  // float16 (kernels/backend.h), so they must be within its range.
+  const bool fp16_queries =
+      config.layout == Layout::kInt8 && !config.quantize_queries;
   out.tokens.resize(static_cast<size_t>(view.rows) * config.dim);
   ConvertToFloat(view.data, view.dtype, 0, view.rows * config.dim,
                  out.tokens.data());
@@ -97,6 +108,15 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
     if (config.normalize && norm2 > 0.0) {
       const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
       for (int32_t j = 0; j < config.dim; ++j) row[j] *= inv;
+    }
+    for (int32_t j = 0; fp16_queries && j < config.dim; ++j) {
+      if (std::fabs(row[j]) > kMaxFloat16) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(field, "query.data"), " row ", r, " column ", j, " is ",
+            row[j], ", outside the float16 range (|x| <= ", kMaxFloat16,
+            ") that queries of int8 corpus \"", config.name,
+            "\" are rounded to"));
+      }
     }
   }
 

@@ -53,7 +53,8 @@ struct TensorView {
   const void* data = nullptr;
 };
 
-// Maps the wire dtype; INVALID_ARGUMENT naming `field` for an unknown one.
+// Maps the wire dtype of a tensor; INVALID_ARGUMENT naming `field` for an
+// unknown one and for DTYPE_INT8 (a storage dtype, never a tensor's).
 absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
                                   absl::string_view field);
 
@@ -66,7 +67,8 @@ absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
 
 // Validates and decodes one request against the corpus snapshot it will run
 // on. `field` prefixes error messages ("" for a top-level request).
-// Errors: INVALID_ARGUMENT (shape, dtype, length, values, limits),
+// Errors: INVALID_ARGUMENT (shape, dtype, length, values, limits; for an
+// int8 corpus that rounds queries to float16, values past its range),
 // NOT_FOUND (a candidate id that is not a live document).
 absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
                                          const CorpusSnapshot& snapshot,

@@ -477,6 +477,7 @@ void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
   const CorpusSnapshot& snapshot = *live.front().task.snapshot;
   SearchBatch search;
   search.dim = snapshot.config().dim;
+  search.quantize_queries = snapshot.config().quantize_queries;
   search.refs = snapshot.SegmentRefs();
   const bool rerank = !live.front().task.query.scan;
   if (rerank) search.cand_offsets = {0};

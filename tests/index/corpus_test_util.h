@@ -37,6 +37,34 @@ inline std::unique_ptr<Backend> TestBackend(bool gpu, int64_t corpus_budget = 0,
   return CpuBackend::Create(o).value();
 }
 
+// A CPU backend that scores only what every backend scores (the dense
+// dtypes: Backend::SupportsDType's default), as a backend without the int8
+// kernel does. Its Search() is the CPU backend's; callers that ask first
+// never send it an int8 segment.
+class DenseOnlyBackend final : public Backend {
+ public:
+  DenseOnlyBackend() : cpu_(CpuBackend::Create({}).value()) {}
+  std::string name() const override { return "dense-only"; }
+  const BackendLimits& limits() const override { return cpu_->limits(); }
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
+      const void* host, size_t bytes) override {
+    return cpu_->Upload(host, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
+                                                      size_t bytes) override {
+    return cpu_->Pin(host, bytes);
+  }
+  absl::Status Search(const SearchParams& params,
+                      absl::Span<std::vector<ScoredDoc>> results,
+                      SearchTiming* timing) override {
+    return cpu_->Search(params, results, timing);
+  }
+  bool healthy() const override { return true; }
+
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
+};
+
 // `n` synthetic documents of 1..max_tokens rows of config.dim as segment
 // data, ids "<prefix><first + i>".
 inline SegmentData SyntheticDocs(const CorpusConfig& config, int64_t n,

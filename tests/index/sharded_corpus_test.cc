@@ -225,6 +225,50 @@ TEST_P(ShardedCorpusTest, HostPlacedShardsMatchOneResidentBackend) {
   }
 }
 
+// An int8 corpus split over CPU shards ranks like one CPU backend, in both
+// query modes; a GPU backend (no int8 kernel yet) refuses to hold one.
+TEST_P(ShardedCorpusTest, Int8CorpusMatchesOneBackendOrIsRefused) {
+  config_.layout = Layout::kInt8;
+  config_.storage_dtype = DType::kInt8;
+  if (GetParam()) {
+    EXPECT_FALSE(sharded_backend_->SupportsDType(DType::kInt8));
+    EXPECT_THAT(Corpus::Create(config_, {}, sharded_backend_.get()),
+                StatusIs(absl::StatusCode::kUnimplemented,
+                         HasSubstr("layout: LAYOUT_INT8")));
+    return;
+  }
+  EXPECT_TRUE(sharded_backend_->SupportsDType(DType::kInt8));
+  single_ = Corpus::Create(config_, {}, single_backend_.get()).value();
+  sharded_ = Corpus::Create(config_, {}, sharded_backend_.get()).value();
+  std::mt19937_64 rng(testing::TestSeed());
+  Append(0, 1400, 1);  // split three ways
+  Append(1400, 20, 2);
+  ASSERT_EQ(sharded_->Snapshot()->segments().size(), 4u);
+  for (const auto& corpus : {single_, sharded_}) {
+    ASSERT_THAT(corpus->Delete({"d3", "d400", "d1401"}, false), IsOk());
+  }
+  for (bool quantize : {false, true}) {
+    SearchBatch scan = Queries(rng, {1, 10, 100});
+    scan.quantize_queries = quantize;
+    ExpectSameResults(scan, quantize ? "quantised scan" : "scan");
+    SearchBatch rerank = Queries(rng, {5, 50});
+    rerank.quantize_queries = quantize;
+    const auto a = single_->Snapshot();
+    rerank.cand_offsets = {0};
+    for (size_t q = 0; q < rerank.top_k.size(); ++q) {
+      std::set<int64_t> picked;
+      while (picked.size() < 80) picked.insert(rng() % 1420);
+      for (int64_t d : picked) {
+        rerank.candidates.push_back(Locate(*a, "d" + std::to_string(d)));
+      }
+      rerank.cand_offsets.push_back(
+          static_cast<int64_t>(rerank.candidates.size()));
+    }
+    ExpectSameResults(std::move(rerank),
+                      quantize ? "quantised rerank" : "rerank");
+  }
+}
+
 TEST_P(ShardedCorpusTest, ReportsMemoryPerDevice) {
   Append(0, 700, 1);
   const std::vector<DeviceMemory> m = sharded_backend_->Memory();
@@ -274,6 +318,40 @@ TEST(ShardedBackendTest, SearchRejectsAShardOutOfRange) {
   EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("segments[0].shard is 2")));
+}
+
+// Every shard must score a dtype for the sharded backend to: a search that
+// sends an int8 segment to a shard without the kernel is UNIMPLEMENTED.
+TEST(ShardedBackendTest, Int8NeedsEveryShardToScoreIt) {
+  std::vector<std::unique_ptr<Backend>> children;
+  children.push_back(TestBackend(false));
+  children.push_back(std::make_unique<testing::DenseOnlyBackend>());
+  auto backend = ShardedBackend::Create(std::move(children), 1).value();
+  EXPECT_FALSE(backend->SupportsDType(DType::kInt8));
+  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16));
+  CorpusConfig config;
+  config.name = "q8";
+  config.dim = kDim;
+  config.layout = Layout::kInt8;
+  config.storage_dtype = DType::kInt8;
+  EXPECT_THAT(CheckBackendServes(config, *backend),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("layout")));
+  std::mt19937_64 rng(1);
+  testing::HostSegment seg =
+      testing::RandomSegment(rng, 4, 1, 3, kDim, DType::kInt8, 0);
+  SearchBatch batch;
+  batch.dim = kDim;
+  batch.refs.push_back({seg.View(), seg.View(), 1});
+  batch.AddQuery(testing::RandomQuery(rng, 2, kDim), 1);
+  std::vector<std::vector<ScoredDoc>> out(1);
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("segments[0] is int8 (layout int8): shard 1 "
+                                 "(dense-only) has no kernel for it")));
+  batch.refs[0].shard = 0;  // the CPU shard scores it
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
+              IsOk());
+  EXPECT_EQ(out[0].size(), 1u);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "index/corpus.h"
 #include "index/registry.h"
+#include "kernels/element.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/status_matchers.h"
 
@@ -97,8 +99,9 @@ class StorageTest : public ::testing::Test {
     return *corpus;
   }
 
-  // Every live document of a snapshot as (id, its tokens' bytes), in
-  // internal order: what a reopen must reproduce exactly.
+  // Every live document of a snapshot as (id, its tokens' bytes followed
+  // by its int8 scales' bytes), in internal order: what a reopen must
+  // reproduce exactly.
   static std::vector<std::pair<std::string, std::string>> Contents(
       const CorpusSnapshot& s) {
     std::vector<std::pair<std::string, std::string>> out;
@@ -111,10 +114,14 @@ class StorageTest : public ::testing::Test {
           continue;
         }
         const char* base = static_cast<const char*>(v.tokens);
-        out.emplace_back(
-            seg.id(d),
-            std::string(base + v.cu_seqlens[d] * row,
-                        (v.cu_seqlens[d + 1] - v.cu_seqlens[d]) * row));
+        const int64_t rows = v.cu_seqlens[d + 1] - v.cu_seqlens[d];
+        std::string bytes(base + v.cu_seqlens[d] * row, rows * row);
+        if (v.scales != nullptr) {
+          bytes.append(
+              reinterpret_cast<const char*>(v.scales + v.cu_seqlens[d]),
+              rows * sizeof(float));
+        }
+        out.emplace_back(seg.id(d), std::move(bytes));
       }
     }
     return out;
@@ -529,6 +536,7 @@ std::vector<std::pair<std::string, float>> Ranking(const CorpusSnapshot& snap,
   for (size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * (i % 3) - 0.2f;
   SearchBatch search;
   search.dim = 4;
+  search.quantize_queries = snap.config().quantize_queries;
   search.refs = snap.SegmentRefs();
   search.AddQuery(q, 10);
   std::vector<std::vector<ScoredDoc>> results(1);
@@ -717,6 +725,276 @@ TEST_F(StorageTest, CorpusBudgetRefusesWritesAndFreesOnDrop) {
   auto d = r.Create(config_);
   ASSERT_THAT(d, IsOk());
   EXPECT_THAT((*d)->Append(Docs("fits", 162)), IsOk());
+}
+
+// ---------------------------------------------------------------------------
+// The int8 layout (FORMAT.md: segment dtype 3 with a 'scal' block, the
+// manifest's quantize_queries byte) and the files written before it.
+
+// The blocks of a well-formed file as (tag, payload), and a file framed
+// from blocks with correct CRCs: to build files the encoder never writes.
+std::vector<std::pair<std::string, std::string>> Blocks(
+    const std::string& file) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t at = 16;
+  for (;;) {
+    uint32_t tag;
+    std::memcpy(&tag, file.data() + at, 4);
+    if (tag == 0xffffffffu) return out;
+    uint64_t len;
+    std::memcpy(&len, file.data() + at + 4, 8);
+    out.emplace_back(file.substr(at, 4), file.substr(at + 12, len));
+    at += 12 + len + 4;
+  }
+}
+
+std::string Frame(uint32_t kind,
+                  const std::vector<std::pair<std::string, std::string>>& b) {
+  auto put32 = [](std::string* out, uint32_t v) {
+    out->append(reinterpret_cast<const char*>(&v), 4);
+  };
+  auto crc = [](absl::string_view bytes) {
+    return static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(bytes.data()),
+              static_cast<uInt>(bytes.size())));
+  };
+  std::string out("MAXSIMD\0", 8);
+  put32(&out, kind);
+  put32(&out, 1);
+  for (const auto& [tag, payload] : b) {
+    const size_t start = out.size();
+    out += tag;
+    const uint64_t len = payload.size();
+    out.append(reinterpret_cast<const char*>(&len), 8);
+    out += payload;
+    put32(&out, crc(absl::string_view(out).substr(start)));
+  }
+  put32(&out, 0xffffffffu);
+  put32(&out, crc(out));
+  return out;
+}
+
+// A segment file and a manifest written by the build before the int8
+// layout (commit 19c8cf5): a float16 segment of two documents ("a": one
+// token {1, -0.5}; "bc": {0.25, 2}, {-3, 0}) and the manifest of a
+// normalised bfloat16 corpus "old" naming it.
+constexpr char kOldSegment[] =
+    "\x4d\x41\x58\x53\x49\x4d\x44\x00\x01\x00\x00\x00\x01\x00\x00\x00"
+    "\x6d\x65\x74\x61\x18\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00"
+    "\x01\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00"
+    "\x00\x00\x00\x00\x3a\x07\xa4\x0f\x6f\x66\x66\x73\x18\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00"
+    "\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x68\x4c\xef\x38"
+    "\x69\x64\x73\x20\x0b\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00"
+    "\x61\x02\x00\x00\x00\x62\x63\x46\x89\x1a\x31\x74\x6f\x6b\x73\x0c"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x3c\x00\xb8\x00\x34\x00\x40\x00"
+    "\xc2\x00\x00\x5c\x3e\xbe\x19\xff\xff\xff\xff\xf7\xfb\x85\xb0";
+constexpr char kOldManifest[] =
+    "\x4d\x41\x58\x53\x49\x4d\x44\x00\x03\x00\x00\x00\x01\x00\x00\x00"
+    "\x63\x6f\x6e\x66\x18\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00"
+    "\x6f\x6c\x64\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01"
+    "\x02\x00\x00\x00\xf7\x17\x45\xb1\x6e\x65\x78\x74\x08\x00\x00\x00"
+    "\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x25\x7c\x36\x58"
+    "\x73\x65\x67\x73\x29\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00"
+    "\x09\x00\x00\x00\x73\x65\x67\x2d\x31\x2e\x6d\x73\x64\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x3b\x4b\x4a\xde\xff\xff\xff\xff\x74\x28\xd9"
+    "\x7f";
+
+TEST_F(StorageTest, FilesWrittenBeforeTheInt8LayoutLoadAndAreWrittenTheSame) {
+  const std::string old_segment(kOldSegment, sizeof(kOldSegment) - 1);
+  absl::StatusOr<SegmentData> seg = DecodeSegmentFile(old_segment, "seg-1.msd");
+  ASSERT_THAT(seg, IsOk());
+  EXPECT_EQ(seg->dim, 2);
+  EXPECT_EQ(seg->dtype, DType::kFloat16);
+  EXPECT_EQ(seg->ids, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(seg->cu_seqlens, (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_TRUE(seg->scales.empty());
+  std::vector<float> values(6);
+  ConvertToFloat(seg->tokens.data(), DType::kFloat16, 0, 6, values.data());
+  EXPECT_EQ(values, (std::vector<float>{1.f, -0.5f, 0.25f, 2.f, -3.f, 0.f}));
+  EXPECT_EQ(EncodeSegmentFile(*seg), old_segment);
+
+  const std::string old_manifest(kOldManifest, sizeof(kOldManifest) - 1);
+  absl::StatusOr<Manifest> m = DecodeManifest(old_manifest, "MANIFEST");
+  ASSERT_THAT(m, IsOk());
+  EXPECT_EQ(m->config.name, "old");
+  EXPECT_EQ(m->config.layout, Layout::kDense);
+  EXPECT_EQ(m->config.storage_dtype, DType::kBFloat16);
+  EXPECT_TRUE(m->config.normalize);
+  EXPECT_FALSE(m->config.quantize_queries);
+  ASSERT_EQ(m->segments.size(), 1u);
+  EXPECT_EQ(m->segments[0].num_docs, 2);
+  EXPECT_EQ(EncodeManifest(*m), old_manifest);
+}
+
+TEST_F(StorageTest, Int8SegmentFileRoundTripsCodesAndScalesBitForBit) {
+  config_.layout = Layout::kInt8;
+  config_.storage_dtype = DType::kInt8;
+  const SegmentData in = Docs("d", 7, -0.3f);
+  ASSERT_EQ(in.scales.size(), static_cast<size_t>(in.cu_seqlens.back()));
+  const std::string file = EncodeSegmentFile(in);
+  absl::StatusOr<SegmentData> out = DecodeSegmentFile(file, "seg-1.msd");
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ(out->dtype, DType::kInt8);
+  EXPECT_EQ(out->ids, in.ids);
+  EXPECT_EQ(out->cu_seqlens, in.cu_seqlens);
+  EXPECT_EQ(out->tokens, in.tokens);
+  ASSERT_EQ(out->scales.size(), in.scales.size());
+  EXPECT_EQ(std::memcmp(out->scales.data(), in.scales.data(),
+                        in.scales.size() * sizeof(float)),
+            0);
+  const auto blocks = Blocks(file);
+  ASSERT_EQ(blocks.size(), 5u);
+  EXPECT_EQ(blocks[4].first, "scal");
+  EXPECT_EQ(blocks[3].second.size(), in.tokens.size());  // 1 byte a value
+
+  // Every flipped byte and every truncation is caught, the scales too.
+  for (size_t at = 0; at < file.size(); ++at) {
+    std::string bad = file;
+    bad[at] = static_cast<char>(bad[at] ^ 0x08);
+    EXPECT_THAT(DecodeSegmentFile(bad, "seg-7.msd"),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-7.msd")))
+        << "byte " << at;
+  }
+  for (size_t len = 0; len < file.size(); ++len) {
+    EXPECT_THAT(DecodeSegmentFile(file.substr(0, len), "seg-1.msd"),
+                StatusIs(absl::StatusCode::kDataLoss))
+        << "length " << len;
+  }
+  std::string bad = file;
+  bad[file.size() - 8 - 4 - 2] ^= 1;  // inside the last scale
+  EXPECT_THAT(DecodeSegmentFile(bad, "f"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("checksum mismatch in block 'scal'")));
+
+  // Well-framed files that break the layout's rules.
+  auto without_scales = blocks;
+  without_scales.pop_back();
+  EXPECT_THAT(
+      DecodeSegmentFile(Frame(1, without_scales), "f"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has no 'scal' block")));
+  auto short_scales = blocks;
+  short_scales[4].second.resize(short_scales[4].second.size() - 4);
+  EXPECT_THAT(
+      DecodeSegmentFile(Frame(1, short_scales), "f"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("block 'scal' has")));
+  for (float scale : {-1.f, std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity()}) {
+    auto bad_scale = blocks;
+    std::memcpy(bad_scale[4].second.data() + 4, &scale, 4);
+    EXPECT_THAT(DecodeSegmentFile(Frame(1, bad_scale), "f"),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         HasSubstr("scales are finite and >= 0")))
+        << scale;
+  }
+  auto bad_code = blocks;
+  bad_code[3].second[5] = static_cast<char>(-128);
+  EXPECT_THAT(
+      DecodeSegmentFile(Frame(1, bad_code), "f"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("int8 code -128")));
+  // A float16 segment with a 'scal' block.
+  config_.layout = Layout::kDense;
+  config_.storage_dtype = DType::kFloat16;
+  auto dense = Blocks(EncodeSegmentFile(Docs("d", 2)));
+  dense.emplace_back("scal", std::string(4 * 3, '\0'));
+  EXPECT_THAT(
+      DecodeSegmentFile(Frame(1, dense), "f"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has a 'scal' block")));
+}
+
+TEST_F(StorageTest, Int8ManifestKeepsQuantizeQueries) {
+  Manifest m;
+  m.config = config_;
+  m.config.layout = Layout::kInt8;
+  m.config.storage_dtype = DType::kInt8;
+  for (bool quantize : {false, true}) {
+    m.config.quantize_queries = quantize;
+    const std::string file = EncodeManifest(m);
+    absl::StatusOr<Manifest> back = DecodeManifest(file, "MANIFEST");
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(back->config.layout, Layout::kInt8);
+    EXPECT_EQ(back->config.storage_dtype, DType::kInt8);
+    EXPECT_EQ(back->config.quantize_queries, quantize);
+    // The byte is the conf block's last.
+    EXPECT_EQ(Blocks(file)[0].second.back(), quantize ? 1 : 0);
+  }
+  // A dense manifest has no such byte; an int8 layout with a float16 dtype,
+  // or a float16 layout with the int8 dtype, is damage.
+  auto blocks = Blocks(EncodeManifest(m));
+  blocks[0].second.back() = 2;
+  EXPECT_THAT(
+      DecodeManifest(Frame(3, blocks), "MANIFEST"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("quantize_queries 2")));
+  blocks[0].second.back() = 0;
+  blocks[0].second[blocks[0].second.size() - 5] = 1;  // storage dtype 1
+  EXPECT_THAT(
+      DecodeManifest(Frame(3, blocks), "MANIFEST"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("storage dtype 1")));
+  Manifest dense;
+  dense.config = config_;
+  auto dense_blocks = Blocks(EncodeManifest(dense));
+  dense_blocks[0].second[dense_blocks[0].second.size() - 4] = 3;  // int8
+  EXPECT_THAT(
+      DecodeManifest(Frame(3, dense_blocks), "MANIFEST"),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("storage dtype 3")));
+}
+
+// An int8 corpus reopens with the same ids, codes and scales, bit for bit,
+// and ranks the same, before and after a compaction, in both query modes.
+TEST_F(StorageTest, Int8CorpusReopensBitIdenticallyIncludingAfterCompaction) {
+  for (bool quantize : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "quantize_queries " << quantize);
+    TempDir tmp;
+    config_.name = "q8";
+    config_.layout = Layout::kInt8;
+    config_.storage_dtype = DType::kInt8;
+    config_.normalize = true;
+    config_.quantize_queries = quantize;
+    std::vector<std::pair<std::string, std::string>> contents;
+    std::vector<std::pair<std::string, float>> ranking;
+    {
+      CorpusRegistry r(backend_.get(), limits_, tmp.path());
+      ASSERT_THAT(r.LoadAll(), IsOk());
+      auto c = r.Create(config_);
+      ASSERT_THAT(c, IsOk());
+      for (int i = 0; i < 5; ++i) {
+        ASSERT_THAT((*c)->Append(Docs(absl::StrCat("s", i, "-"), 4, i - 2.f)),
+                    IsOk());
+      }
+      ASSERT_THAT((*c)->Delete({"s1-0", "s3-2", "s3-3"}, false), IsOk());
+      contents = Contents(*(*c)->Snapshot());
+      ranking = Ranking(*(*c)->Snapshot(), backend_.get());
+      ASSERT_EQ(contents.size(), 17u);
+      ASSERT_EQ(ranking.size(), 10u);
+    }
+    {
+      CorpusRegistry r(backend_.get(), limits_, tmp.path());
+      ASSERT_THAT(r.LoadAll(), IsOk());
+      auto c = r.Get("q8");
+      ASSERT_THAT(c, IsOk());
+      const CorpusConfig& got = (*c)->config();
+      EXPECT_EQ(got.layout, Layout::kInt8);
+      EXPECT_EQ(got.storage_dtype, DType::kInt8);
+      EXPECT_EQ(got.quantize_queries, quantize);
+      EXPECT_EQ(Contents(*(*c)->Snapshot()), contents);
+      EXPECT_EQ(Ranking(*(*c)->Snapshot(), backend_.get()), ranking);
+      CompactionOptions o;
+      o.seal_bytes = 1 << 20;
+      ASSERT_THAT((*c)->Compact(o), IsOk());
+      auto snap = (*c)->Snapshot();
+      EXPECT_EQ(snap->segments().size(), 1u);
+      EXPECT_EQ(snap->deleted_docs(), 0);
+      EXPECT_EQ(Contents(*snap), contents);
+      EXPECT_EQ(Ranking(*snap, backend_.get()), ranking);
+    }
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    auto snap = r.Get("q8").value()->Snapshot();
+    EXPECT_EQ(snap->segments().size(), 1u);
+    EXPECT_EQ(Contents(*snap), contents);
+    EXPECT_EQ(Ranking(*snap, backend_.get()), ranking);
+  }
 }
 
 }  // namespace

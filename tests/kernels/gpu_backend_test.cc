@@ -76,6 +76,31 @@ TEST(GpuBackendTest, CorpusBudgetRefusesUploadsPastItAndFreesOnRelease) {
   EXPECT_TRUE(backend->Upload(host.data(), host.size()).ok());
 }
 
+// The int8 layout has no GPU kernel yet: the backend says so when asked,
+// and a search over an int8 segment is UNIMPLEMENTED, naming the layout,
+// with the backend left healthy.
+TEST(GpuBackendTest, Int8SegmentsAreUnimplemented) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_FALSE(backend->SupportsDType(DType::kInt8));
+  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16));
+  EXPECT_TRUE(backend->SupportsDType(DType::kBFloat16));
+  std::mt19937_64 rng(1);
+  HostSegment seg = RandomSegment(rng, 10, 1, 5, 64, DType::kInt8, 0);
+  DeviceSegment d = Upload(*backend, seg);
+  Batch batch;
+  batch.dim = 64;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 3, 64), 10);
+  std::vector<std::vector<ScoredDoc>> out(1);
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       ::testing::HasSubstr(
+                           "segments[0] is layout int8: the GPU kernel")));
+  EXPECT_TRUE(backend->healthy());
+}
+
 TEST(GpuBackendTest, RejectsBadArgumentsAndStaysHealthy) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   auto backend = MakeGpuBackend();

@@ -202,5 +202,106 @@ TEST(CpuBackendTest, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(one[0], four[0]);
 }
 
+// ---------------------------------------------------------------------------
+// The int8 layout (backend.h's formulas), in both query modes.
+
+// A scan and a rerank batch over two ragged int8 segments (empty and
+// one-token documents included, some deleted), each query mode against the
+// reference.
+TEST(CpuBackendTest, Int8ScanAndRerankMatchReferenceInBothQueryModes) {
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int32_t dim : {7, 64, 128}) {
+    HostSegment a = RandomSegment(rng, 61, 0, 40, dim, DType::kInt8, 0);
+    HostSegment b = RandomSegment(rng, 23, 1, 9, dim, DType::kInt8, 61);
+    a.Delete(3);
+    a.Delete(60);
+    b.Delete(0);
+    for (bool quantize : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "dim " << dim << " quantize_queries " << quantize);
+      Batch scan;
+      scan.dim = dim;
+      scan.quantize_queries = quantize;
+      scan.refs = {Ref(a), Ref(b)};
+      Batch rerank = scan;
+      rerank.cand_offsets = {0};
+      std::vector<DocRef> all;
+      for (int64_t d = 0; d < 61; ++d) all.push_back({0, d});
+      for (int64_t d = 0; d < 23; ++d) all.push_back({1, d});
+      for (int q = 0; q < 5; ++q) {
+        std::uniform_int_distribution<int> lq(1, 33);
+        const std::vector<float> query = RandomQuery(rng, lq(rng), dim);
+        scan.AddQuery(query, 1 + q * 7);
+        rerank.AddQuery(query, 1 + q * 3);
+        std::shuffle(all.begin(), all.end(), rng);  // distinct candidates
+        rerank.candidates.insert(rerank.candidates.end(), all.begin(),
+                                 all.begin() + 20);
+        if (std::none_of(all.begin(), all.begin() + 20, [](const DocRef& r) {
+              return r.segment == 0 && r.doc == 3;
+            })) {
+          rerank.candidates.push_back({0, 3});  // deleted: skipped
+        }
+        rerank.cand_offsets.push_back(
+            static_cast<int64_t>(rerank.candidates.size()));
+      }
+      ExpectMatchesReference(*MakeBackend(), scan.Params());
+      ExpectMatchesReference(*MakeBackend(3), rerank.Params());
+    }
+  }
+}
+
+// The two formulas on numbers worked by hand. Document: codes
+// {127, -64} scale 0.5 and {10, 20} scale 0.25. Query rows:
+//   {127, -3}: fp16-exact, and its own quantisation (scale 1): every cell
+//     is exact; the best is 0.5 * (127 * 127 + 3 * 64) = 8160.5;
+//   {0, 0}: scores 0 in both modes;
+//   {1 + 2^-12, 0}: rounds to fp16 1.0, so the fp16 mode's best cell is
+//     0.5 * 127 = 63.5 exactly, where the unrounded value would give
+//     63.5155; quantised, its scale is (1 + 2^-12) / 127 and its codes
+//     {127, 0}, so the cell is (scale * 0.5) * 127 = 63.5155.
+TEST(CpuBackendTest, Int8ScoresFollowTheStatedFormulas) {
+  HostSegment seg;
+  seg.dim = 2;
+  seg.dtype = DType::kInt8;
+  seg.cu_seqlens = {0, 2};
+  seg.tokens8 = {127, -64, 10, 20};
+  seg.scales = {0.5f, 0.25f};
+  const float odd = 1.f + 1.f / 4096.f;
+  const std::vector<float> query = {127.f, -3.f, 0.f, 0.f, odd, 0.f};
+  for (bool quantize : {false, true}) {
+    Batch batch;
+    batch.dim = 2;
+    batch.quantize_queries = quantize;
+    batch.refs = {Ref(seg)};
+    batch.AddQuery(query, 1);
+    std::vector<std::vector<ScoredDoc>> got(1);
+    MAXSIMD_ASSERT_OK(
+        MakeBackend()->Search(batch.Params(), absl::MakeSpan(got), nullptr));
+    ASSERT_EQ(got[0].size(), 1u);
+    const float third = quantize ? (odd / 127.f * 0.5f) * 16129.f : 63.5f;
+    EXPECT_EQ(got[0][0].score, 8160.5f + third) << "quantize " << quantize;
+    EXPECT_NEAR(ReferenceScore(query.data(), 3, seg.View(), 0, quantize),
+                8160.5 + (quantize ? 63.5 * odd : 63.5), 1e-3);
+  }
+}
+
+// An int8 view without its scales is a caller's bug, refused by name.
+TEST(CpuBackendTest, Int8SegmentWithoutScalesIsRefused) {
+  std::mt19937_64 rng(1);
+  HostSegment seg = RandomSegment(rng, 5, 1, 3, 8, DType::kInt8, 0);
+  Batch batch;
+  batch.dim = 8;
+  SegmentRef ref = Ref(seg);
+  ref.resident.scales = nullptr;
+  batch.refs = {ref};
+  batch.AddQuery(RandomQuery(rng, 2, 8), 3);
+  std::vector<std::vector<ScoredDoc>> got(1);
+  EXPECT_THAT(
+      MakeBackend()->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::HasSubstr("segments[0] is int8 and has no scales")));
+  EXPECT_TRUE(MakeBackend()->SupportsDType(DType::kInt8));
+}
+
 }  // namespace
 }  // namespace maxsimd

@@ -112,6 +112,42 @@ TEST_F(RequestDecoderTest, UnknownDtype) {
                                   HasSubstr("query.dtype")));
 }
 
+TEST_F(RequestDecoderTest, Int8IsAStorageDtypeOnly) {
+  v1::RerankRequest r = Request();
+  r.mutable_query()->set_dtype(v1::DTYPE_INT8);
+  EXPECT_THAT(Decode(r),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("query.dtype is DTYPE_INT8, a storage dtype "
+                                 "only")));
+}
+
+// An int8 corpus that rounds queries to fp16 refuses values past its
+// range; one that quantises them takes any finite value.
+TEST_F(RequestDecoderTest, Int8CorpusQueriesMustFitFloat16UnlessQuantised) {
+  for (bool quantize : {false, true}) {
+    CorpusConfig c;
+    c.name = "q8";
+    c.dim = 4;
+    c.layout = Layout::kInt8;
+    c.storage_dtype = DType::kInt8;
+    c.quantize_queries = quantize;
+    auto corpus = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+    v1::RerankRequest r = Request(2);
+    std::vector<float> v(8, 0.25f);
+    v[6] = -70000.f;
+    r.mutable_query()->set_data(v.data(), v.size() * sizeof(float));
+    auto q = DecodeQuery(r, *corpus->Snapshot(), limits_, "queries[1]");
+    if (quantize) {
+      ASSERT_THAT(q, IsOk());
+      EXPECT_EQ(q->tokens[6], -70000.f);
+    } else {
+      EXPECT_THAT(q, StatusIs(absl::StatusCode::kInvalidArgument,
+                              HasSubstr("queries[1].query.data row 1 column 2 "
+                                        "is -70000, outside the float16")));
+    }
+  }
+}
+
 TEST_F(RequestDecoderTest, EmptyQuery) {
   EXPECT_THAT(Decode(Request(0)),
               StatusIs(absl::StatusCode::kInvalidArgument,

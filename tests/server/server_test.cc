@@ -115,6 +115,7 @@ class ServerTest : public ::testing::Test {
     std::memcpy(q.data(), req.query().data().data(), req.query().data().size());
     SearchBatch batch;
     batch.dim = dim;
+    batch.quantize_queries = snap->config().quantize_queries;
     batch.refs = snap->SegmentRefs();
     batch.AddQuery(q, req.top_k());
     if (req.candidate_ids_size() > 0) {
@@ -290,6 +291,167 @@ TEST_F(ServerTest, AddQueryDeleteQueryMatchesTheReference) {
   for (const auto& r : resp.results()) EXPECT_NE(r.id(), synth.ids[250]);
   // The deleted candidate is now unknown.
   EXPECT_EQ(Rerank(rerank, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// CreateCorpus's layout options: LAYOUT_INT8 takes storage_dtype unset or
+// DTYPE_INT8, quantize_queries only goes with it, LAYOUT_PLAID is refused;
+// every refusal names its field, and none leaves a corpus behind.
+TEST_F(ServerTest, Int8LayoutOptionsAreValidatedByName) {
+  auto create = [&](v1::Layout layout, v1::DType dtype, bool quantize,
+                    v1::CorpusInfo* info) {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name("q");
+    req.set_dim(8);
+    req.set_layout(layout);
+    req.set_storage_dtype(dtype);
+    req.set_quantize_queries(quantize);
+    return admin_->CreateCorpus(&ctx, req, info);
+  };
+  auto drop = [&] {
+    grpc::ClientContext ctx;
+    v1::DropCorpusRequest req;
+    req.set_name("q");
+    v1::DropCorpusResponse resp;
+    return admin_->DropCorpus(&ctx, req, &resp).ok();
+  };
+  v1::CorpusInfo info;
+  for (v1::DType bad :
+       {v1::DTYPE_FLOAT16, v1::DTYPE_BFLOAT16, v1::DTYPE_FLOAT32}) {
+    grpc::Status st = create(v1::LAYOUT_INT8, bad, false, &info);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(st.error_message(), HasSubstr("storage_dtype")) << bad;
+  }
+  grpc::Status st = create(v1::LAYOUT_DENSE, v1::DTYPE_INT8, false, &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("storage_dtype"));
+  for (v1::Layout dense : {v1::LAYOUT_UNSPECIFIED, v1::LAYOUT_DENSE}) {
+    st = create(dense, v1::DTYPE_UNSPECIFIED, true, &info);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("quantize_queries"));
+  }
+  st = create(v1::LAYOUT_PLAID, v1::DTYPE_UNSPECIFIED, false, &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("layout: LAYOUT_PLAID"));
+  EXPECT_TRUE(server_->corpora()->List().empty());
+
+  for (v1::DType dtype : {v1::DTYPE_UNSPECIFIED, v1::DTYPE_INT8}) {
+    for (bool quantize : {false, true}) {
+      info.Clear();
+      ASSERT_TRUE(create(v1::LAYOUT_INT8, dtype, quantize, &info).ok());
+      EXPECT_EQ(info.layout(), v1::LAYOUT_INT8);
+      EXPECT_EQ(info.storage_dtype(), v1::DTYPE_INT8);
+      EXPECT_EQ(info.quantize_queries(), quantize);
+      ASSERT_TRUE(drop());
+    }
+  }
+  ASSERT_TRUE(create(v1::LAYOUT_DENSE, v1::DTYPE_BFLOAT16, false, &info).ok());
+  EXPECT_EQ(info.storage_dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_FALSE(info.quantize_queries());
+}
+
+// An int8 corpus through the real services, in both query modes: added
+// documents rank like the reference in a scan and a rerank, GetCorpus
+// reports the layout and the bytes of codes and scales, and bad inputs
+// peculiar to int8 are refused by name.
+TEST_F(ServerTest, Int8CorpusAddRerankAndScanMatchTheReference) {
+  SyntheticCorpusOptions so;
+  so.num_docs = 200;
+  so.dim = 32;
+  so.min_tokens = 1;
+  so.max_tokens = 30;
+  so.seed = 11;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  for (bool quantize : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "quantize_queries " << quantize);
+    const std::string name = quantize ? "q8q" : "q8";
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name(name);
+    req.set_dim(32);
+    req.set_layout(v1::LAYOUT_INT8);
+    req.set_normalize(true);
+    req.set_quantize_queries(quantize);
+    v1::CorpusInfo info;
+    ASSERT_TRUE(admin_->CreateCorpus(&ctx, req, &info).ok());
+    v1::AddDocumentsResponse added;
+    ASSERT_TRUE(Add(name, synth, 0, 120, 50, &added).ok());
+    ASSERT_TRUE(Add(name, synth, 120, 200, 80, &added).ok());
+    const v1::CorpusInfo& c = added.corpus();
+    EXPECT_EQ(c.layout(), v1::LAYOUT_INT8);
+    EXPECT_EQ(c.storage_dtype(), v1::DTYPE_INT8);
+    EXPECT_EQ(c.quantize_queries(), quantize);
+    const int64_t tokens = synth.cu_seqlens.back();
+    EXPECT_EQ(c.num_tokens(), tokens);
+    EXPECT_EQ(c.bytes(), tokens * (32 + 4) + (120 + 1 + 80 + 1) * 8);
+
+    const std::vector<float> q =
+        GenerateQueryForDocument(synth, 150, 16, 0.1f, 3);
+    v1::RerankRequest scan = Query(name, q, 32, 20);
+    v1::RerankResponse resp;
+    ASSERT_TRUE(Rerank(scan, &resp).ok());
+    ExpectSameRanking(resp, Expected(name, scan));
+    EXPECT_EQ(resp.results(0).id(), synth.ids[150]);
+    v1::RerankRequest rerank = scan;
+    for (int i = 0; i < 40; ++i) rerank.add_candidate_ids(synth.ids[i * 5]);
+    rerank.set_top_k(15);
+    ASSERT_TRUE(Rerank(rerank, &resp).ok());
+    EXPECT_EQ(resp.results_size(), 15);
+    ExpectSameRanking(resp, Expected(name, rerank));
+
+    // A value past fp16's range is fine here: the corpus normalises the
+    // query before it is rounded (or quantised).
+    std::vector<float> big = q;
+    big[3 * 32 + 5] = 1e6f;
+    EXPECT_TRUE(Rerank(Query(name, big, 32, 5), &resp).ok());
+  }
+  // An unnormalised int8 corpus that rounds queries to fp16 refuses a value
+  // past fp16's range, by row and column.
+  {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name("raw");
+    req.set_dim(32);
+    req.set_layout(v1::LAYOUT_INT8);
+    v1::CorpusInfo info;
+    ASSERT_TRUE(admin_->CreateCorpus(&ctx, req, &info).ok());
+    v1::AddDocumentsResponse added;
+    ASSERT_TRUE(Add("raw", synth, 0, 10, 10, &added).ok());
+  }
+  std::vector<float> big(2 * 32, 0.5f);
+  big[32 + 5] = 1e6f;
+  v1::RerankResponse resp;
+  grpc::Status st = Rerank(Query("raw", big, 32, 5), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("query.data row 1 column 5 is 1e+06, outside the "
+                        "float16 range"));
+  big[32 + 5] = 65504.f;  // the largest float16
+  EXPECT_TRUE(Rerank(Query("raw", big, 32, 5), &resp).ok());
+  // DTYPE_INT8 is a storage dtype, never a tensor's.
+  v1::RerankRequest int8_query = Query("raw", big, 32, 5);
+  int8_query.mutable_query()->set_dtype(v1::DTYPE_INT8);
+  st = Rerank(int8_query, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("query.dtype is DTYPE_INT8"));
+  {
+    grpc::ClientContext ctx;
+    v1::AddDocumentsResponse added;
+    auto writer = admin_->AddDocuments(&ctx, &added);
+    v1::AddDocumentsRequest m;
+    m.set_corpus("raw");
+    m.add_ids("x");
+    m.add_token_counts(1);
+    m.mutable_tokens()->set_dtype(v1::DTYPE_INT8);
+    m.mutable_tokens()->add_shape(1);
+    m.mutable_tokens()->add_shape(32);
+    m.mutable_tokens()->set_data(std::string(32, '\1'));
+    writer->Write(m);
+    writer->WritesDone();
+    st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("tokens.dtype is DTYPE_INT8"));
+  }
 }
 
 TEST_F(ServerTest, BadInputsGetTheirCodesAndTheServerKeepsServing) {

@@ -9,14 +9,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/element.h"
+#include "kernels/quantize.h"
 
 namespace maxsimd::testing {
 
 SegmentView HostSegment::View() const {
   SegmentView v;
-  v.tokens = dtype == DType::kFloat32
-                 ? static_cast<const void*>(tokens32.data())
-                 : static_cast<const void*>(tokens16.data());
+  v.tokens =
+      dtype == DType::kFloat32 ? static_cast<const void*>(tokens32.data())
+      : dtype == DType::kInt8  ? static_cast<const void*>(tokens8.data())
+                               : static_cast<const void*>(tokens16.data());
+  v.scales = dtype == DType::kInt8 ? scales.data() : nullptr;
   v.cu_seqlens = cu_seqlens.data();
   v.tombstones = tombstones.empty() ? nullptr : tombstones.data();
   v.num_docs = num_docs();
@@ -50,6 +53,11 @@ HostSegment RandomSegment(std::mt19937_64& rng, int64_t num_docs,
   for (float& v : values) v = normal(rng);
   if (dtype == DType::kFloat32) {
     seg.tokens32 = std::move(values);
+  } else if (dtype == DType::kInt8) {
+    seg.tokens8.resize(static_cast<size_t>(n));
+    seg.scales.resize(static_cast<size_t>(seg.cu_seqlens.back()));
+    QuantizeInt8Rows(values.data(), seg.cu_seqlens.back(), dim,
+                     seg.tokens8.data(), seg.scales.data());
   } else {
     seg.tokens16.resize(static_cast<size_t>(n));
     ConvertFromFloat(values.data(), n, dtype, seg.tokens16.data());

@@ -17,6 +17,8 @@ namespace maxsimd::testing {
 struct HostSegment {
   std::vector<uint16_t> tokens16;  // fp16/bf16 storage
   std::vector<float> tokens32;     // fp32 storage (dtype == kFloat32)
+  std::vector<int8_t> tokens8;     // int8 codes (dtype == kInt8)
+  std::vector<float> scales;       // int8: one per token row
   std::vector<int64_t> cu_seqlens;
   std::vector<uint32_t> tombstones;  // empty: none
   int32_t dim = 0;
@@ -32,7 +34,8 @@ struct HostSegment {
 };
 
 // Random segment: document lengths uniform in [min_len, max_len] (0 allowed),
-// values N(0, 1) rounded to `dtype`.
+// values N(0, 1) rounded to `dtype` (for kInt8: each row quantised by
+// kernels/quantize.h).
 HostSegment RandomSegment(std::mt19937_64& rng, int64_t num_docs,
                           int32_t min_len, int32_t max_len, int32_t dim,
                           DType dtype, int64_t base_index);
