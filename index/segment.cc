@@ -24,7 +24,6 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     auto put = [&](const void* host, size_t bytes) {
       return pin ? store->Pin(host, bytes) : store->Upload(host, bytes);
     };
-    seg->resident_scales_.reset();
     MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
                              put(d.tokens.data(), d.tokens.size()));
     if (int8) {

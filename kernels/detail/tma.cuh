@@ -122,7 +122,6 @@ __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending)
                : "memory");
 }
-__device__ __forceinline__ void WgmmaWaitAll() { WgmmaWait<0>(); }
 // Tells the compiler that `r` may change here (the asynchronous MMAs write
 // their accumulators behind its back).
 __device__ __forceinline__ void FenceRegister(float& r) {
