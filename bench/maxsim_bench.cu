@@ -5,17 +5,26 @@
 // per shape the time, the floor (max(bytes / hbm_read, flops / gemm_rate)),
 // % of floor and the target. The `_host` shapes keep the colbert corpus in
 // pinned host memory, streamed per search; their floor is the tokens'
-// bytes at the pinned copy rate, and their time the wall time.
+// bytes at the pinned copy rate, and their time the wall time. The `_int8`
+// shapes are their fp16 twins (the name without `_int8`) over an int8
+// corpus of the same document lengths (codes plus one fp32 scale per row,
+// queries in the fp16 mode); their bytes are the codes and the scales,
+// their floor as for any resident shape, and their target a speedup over
+// the twin measured in the same run (null when the twin did not run).
 //
-// Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME]
+// Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME[,NAME...]]
 //                     [--kernels tma|mma] [--tma-box 16|64]
 //                     [--tma-scan-group TILES]
 //
+// e.g. --only colbert_scan_100k,colbert_scan_100k_int8 measures one int8
+// shape with its twin.
+//
 // Corpora are filled on the device with hashed random values (never zero)
-// and handed to the backend as views of device memory, so the 20 GB of
-// corpora cost no host generation or PCIe time. Times are medians of >= 20
-// timed runs after warm-up; rerank shapes rotate among candidate sets so
-// that repeated runs do not read a warm L2.
+// and handed to the backend as views of device memory, so the 25 GB of
+// corpora cost no host generation or PCIe time (an int8 corpus's scales are
+// copied back once, for the host view). Times are medians of >= 20 timed
+// runs after warm-up; rerank shapes rotate among candidate sets so that
+// repeated runs do not read a warm L2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -34,6 +43,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/gpu_backend.h"
+#include "kernels/types.h"
 
 namespace {
 
@@ -78,6 +88,25 @@ __global__ void FillBf16(__nv_bfloat16* p, int64_t n, uint64_t seed,
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     p[i] = __float2bfloat16(HashValue(i, seed, scale));
+  }
+}
+
+// Int8 codes: HashValue rounded over [-127, 127], never zero (1 instead).
+__global__ void FillInt8(int8_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int v = __float2int_rn(HashValue(i, seed, 127.f));
+    p[i] = static_cast<int8_t>(v == 0 ? 1 : v);
+  }
+}
+
+// Per-row scales in [0.5, 1] * `max_scale`: positive, as
+// kernels/quantize.h makes them for rows that are not all zero.
+__global__ void FillScales(float* p, int64_t n, uint64_t seed,
+                           float max_scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = (0.75f + HashValue(i, seed, 0.25f)) * max_scale;
   }
 }
 
@@ -232,16 +261,30 @@ double MeasureBf16GemmTflops(cudaStream_t s, int runs) {
 
 // ------------------------------------------------------------ corpora --
 
-// A device-resident fp16 corpus (d = 128) and its host cu_seqlens; a
-// host-placed copy (HostCopy) keeps the tokens in pinned host memory and
-// borrows the device offsets of the corpus it copies.
+constexpr int kDim = 128;
+
+// A device-resident corpus (d = 128, fp16 or int8) and its host
+// cu_seqlens; a host-placed copy (HostCopy) keeps the tokens in pinned host
+// memory and borrows the device offsets of the corpus it copies. An int8
+// corpus also holds its per-row scales, on the device and (for the host
+// view, which the backend validates) a host copy.
 struct Corpus {
   int64_t docs = 0;
+  maxsimd::DType dtype = maxsimd::DType::kFloat16;
   std::vector<int64_t> cu;  // host
   void* tokens = nullptr;
+  float* scales = nullptr;         // int8: device, [rows]
+  std::vector<float> scales_host;  // int8: host copy of `scales`
   int64_t* cu_dev = nullptr;
   bool host = false;  // tokens are pinned host memory, cu_dev borrowed
   maxsimd::SegmentRef ref;
+
+  // Bytes a search reads per token row: the elements and, for int8, the
+  // row's scale.
+  int64_t RowBytes() const {
+    return kDim * static_cast<int64_t>(maxsimd::DTypeSize(dtype)) +
+           (dtype == maxsimd::DType::kInt8 ? int64_t{sizeof(float)} : 0);
+  }
 
   ~Corpus() {
     if (host) {
@@ -249,45 +292,66 @@ struct Corpus {
       return;
     }
     if (tokens) BENCH_CHECK(cudaFree(tokens));
+    if (scales) BENCH_CHECK(cudaFree(scales));
     if (cu_dev) BENCH_CHECK(cudaFree(cu_dev));
   }
 };
 
-constexpr int kDim = 128;
-
-std::unique_ptr<Corpus> MakeCorpus(cudaStream_t s, int64_t docs, int min_len,
-                                   int max_len, uint64_t seed) {
+// Document lengths uniform in [min_len, max_len] drawn from `seed`, so two
+// corpora of the same seed (an fp16 shape and its int8 twin) have the same
+// documents.
+std::unique_ptr<Corpus> MakeCorpus(
+    cudaStream_t s, int64_t docs, int min_len, int max_len, uint64_t seed,
+    maxsimd::DType dtype = maxsimd::DType::kFloat16) {
   auto c = std::make_unique<Corpus>();
   c->docs = docs;
+  c->dtype = dtype;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> len(min_len, max_len);
   c->cu.assign(1, 0);
   for (int64_t d = 0; d < docs; ++d) c->cu.push_back(c->cu.back() + len(rng));
-  const int64_t elems = c->cu.back() * kDim;
-  BENCH_CHECK(cudaMalloc(&c->tokens, elems * 2));
+  const int64_t rows = c->cu.back();
+  const int64_t elems = rows * kDim;
+  BENCH_CHECK(cudaMalloc(&c->tokens, elems * maxsimd::DTypeSize(dtype)));
   BENCH_CHECK(cudaMalloc(&c->cu_dev, c->cu.size() * sizeof(int64_t)));
   BENCH_CHECK(cudaMemcpy(c->cu_dev, c->cu.data(),
                          c->cu.size() * sizeof(int64_t),
                          cudaMemcpyHostToDevice));
-  // Values ~U(-0.1, 0.1): magnitudes of unit-norm 128-d embeddings.
-  FillHalf<<<8192, 256, 0, s>>>(static_cast<__half*>(c->tokens), elems, seed,
-                                0.1f);
-  BENCH_CHECK(cudaGetLastError());
+  if (dtype == maxsimd::DType::kInt8) {
+    // Codes over the whole int8 range with scales of rows ~U(-0.1, 0.1)
+    // (max |x| / 127), so scores have the fp16 corpus's magnitudes.
+    BENCH_CHECK(cudaMalloc(&c->scales, rows * sizeof(float)));
+    FillInt8<<<8192, 256, 0, s>>>(static_cast<int8_t*>(c->tokens), elems, seed);
+    FillScales<<<8192, 256, 0, s>>>(c->scales, rows, seed + 1, 0.1f / 127.f);
+    BENCH_CHECK(cudaGetLastError());
+    c->scales_host.resize(static_cast<size_t>(rows));
+    BENCH_CHECK(cudaMemcpyAsync(c->scales_host.data(), c->scales,
+                                rows * sizeof(float), cudaMemcpyDeviceToHost,
+                                s));
+  } else {
+    // Values ~U(-0.1, 0.1): magnitudes of unit-norm 128-d embeddings.
+    FillHalf<<<8192, 256, 0, s>>>(static_cast<__half*>(c->tokens), elems, seed,
+                                  0.1f);
+    BENCH_CHECK(cudaGetLastError());
+  }
   BENCH_CHECK(cudaStreamSynchronize(s));
   maxsimd::SegmentView v;
   v.cu_seqlens = c->cu.data();
+  v.scales = c->scales != nullptr ? c->scales_host.data() : nullptr;
   v.num_docs = docs;
-  v.num_tokens = c->cu.back();
+  v.num_tokens = rows;
   v.dim = kDim;
-  v.dtype = maxsimd::DType::kFloat16;
+  v.dtype = dtype;
   c->ref.host = v;
   v.tokens = c->tokens;
+  v.scales = c->scales;
   v.cu_seqlens = c->cu_dev;
   c->ref.resident = v;
   return c;
 }
 
 // The tokens of `dev` copied to pinned host memory, marked for streaming.
+// REQUIRES: dev is fp16 (no host-placed int8 shape).
 std::unique_ptr<Corpus> HostCopy(const Corpus& dev) {
   auto c = std::make_unique<Corpus>();
   c->docs = dev.docs;
@@ -312,6 +376,10 @@ struct Result {
   double bytes = 0, flops = 0, floor_ms = 0, pct = 0;
   std::string target;
   bool has_target = false, met = false;
+  // Target kind 3: the twin's gpu_ms / this shape's, once both ran
+  // (has_speedup false: the twin did not run).
+  double speedup = 0;
+  bool has_speedup = false;
 };
 
 struct Shape {
@@ -319,10 +387,22 @@ struct Shape {
   int nq, lq;
   Corpus* corpus;
   int64_t candidates;  // 0: scan
-  // Target: kind 0 = none, 1 = % of floor >= value, 2 = gpu ms <= value.
+  // Target: kind 0 = none, 1 = % of floor >= value, 2 = gpu ms <= value,
+  // 3 = gpu ms of the fp16 twin (TwinOf) / gpu ms >= value.
   int target_kind;
   double target_value;
 };
+
+// The fp16 shape an `_int8` shape is compared with: its name without the
+// suffix; "" for every other shape.
+std::string TwinOf(const std::string& name) {
+  const std::string suffix = "_int8";
+  if (name.size() <= suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return "";
+  }
+  return name.substr(0, name.size() - suffix.size());
+}
 
 // A host-placed corpus is measured by wall time against the pinned
 // host -> device rate (`h2d_gbps`): its floor is moving the tokens over the
@@ -377,7 +457,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
   r.name = sh.name;
   const double rows_per_token =
       sh.candidates > 0 ? sh.lq : double(sh.nq) * sh.lq;
-  r.bytes = tokens * kDim * 2 + (sh.corpus->host ? 0 : docs * 8);
+  r.bytes = tokens * sh.corpus->RowBytes() + (sh.corpus->host ? 0 : docs * 8);
   r.flops = 2.0 * rows_per_token * kDim * tokens;
   const double mem_ms = sh.corpus->host ? r.bytes / (h2d_gbps * 1e9) * 1e3
                                         : r.bytes / (hbm_tbps * 1e12) * 1e3;
@@ -437,14 +517,58 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
     r.met = r.gpu_ms <= sh.target_value;
     std::snprintf(buf, sizeof(buf), "<=%.3f ms", sh.target_value);
     r.target = buf;
+  } else if (sh.target_kind == 3) {
+    // Judged once every shape ran (SetSpeedups): not met until then.
+    r.has_target = true;
+    std::snprintf(buf, sizeof(buf), ">=%.1fx fp16", sh.target_value);
+    r.target = buf;
   }
   return r;
+}
+
+// Fills speedup and met of the kind-3 shapes from their twins' times in
+// `results`; a shape whose twin did not run keeps has_speedup false and
+// met false.
+void SetSpeedups(const std::vector<Shape>& shapes,
+                 std::vector<Result>& results) {
+  for (Result& r : results) {
+    const std::string twin = TwinOf(r.name);
+    if (twin.empty()) continue;
+    const auto sh =
+        std::find_if(shapes.begin(), shapes.end(),
+                     [&](const Shape& s) { return s.name == r.name; });
+    const auto base =
+        std::find_if(results.begin(), results.end(),
+                     [&](const Result& t) { return t.name == twin; });
+    if (base == results.end() || r.gpu_ms <= 0) {
+      std::printf(
+          "  %s: %s did not run, so no speedup (--only %s,%s measures both)\n",
+          r.name.c_str(), twin.c_str(), twin.c_str(), r.name.c_str());
+      continue;
+    }
+    r.has_speedup = true;
+    r.speedup = base->gpu_ms / r.gpu_ms;
+    r.met = sh != shapes.end() && r.speedup >= sh->target_value;
+  }
+}
+
+// Splits a comma-separated list.
+std::vector<std::string> SplitNames(const std::string& list) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    if (end > begin) out.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, only, kernels = "tma";
+  std::string json_path, kernels = "tma";
+  std::vector<std::string> only;  // empty: every shape
   int box = 64;
   int scan_group = 0;
   int runs = 20;
@@ -455,7 +579,7 @@ int main(int argc, char** argv) {
     else if (a == "--runs" && i + 1 < argc)
       runs = std::max(20, std::atoi(argv[++i]));
     else if (a == "--only" && i + 1 < argc)
-      only = argv[++i];
+      only = SplitNames(argv[++i]);
     else if (a == "--kernels" && i + 1 < argc)
       kernels = argv[++i];
     else if (a == "--tma-box" && i + 1 < argc)
@@ -464,7 +588,8 @@ int main(int argc, char** argv) {
       scan_group = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: %s [--json PATH] [--runs N] [--only NAME] "
+                   "usage: %s [--json PATH] [--runs N] "
+                   "[--only NAME[,NAME...]] "
                    "[--kernels tma|mma] [--tma-box 16|64] "
                    "[--tma-scan-group TILES]\n",
                    argv[0]);
@@ -503,20 +628,47 @@ int main(int argc, char** argv) {
   }
   auto backend = std::move(backend_or).value();
 
+  auto wanted = [&](const std::string& name) {
+    return only.empty() ||
+           std::find(only.begin(), only.end(), name) != only.end();
+  };
+  auto any_wanted = [&](const char* part) {
+    return only.empty() ||
+           std::any_of(only.begin(), only.end(), [&](const std::string& n) {
+             return n.find(part) != std::string::npos;
+           });
+  };
   auto colbert = MakeCorpus(s, 100000, 300, 300, 11);
   auto ragged = MakeCorpus(s, 100000, 32, 512, 12);
   auto longdoc = MakeCorpus(s, 10000, 1024, 1024, 13);
   auto colpali = MakeCorpus(s, 10000, 1030, 1030, 14);
   // Host placement: the colbert corpus in pinned host memory, streamed.
-  const bool want_host =
-      only.empty() || only.find("_host") != std::string::npos;
-  auto colbert_host = want_host ? HostCopy(*colbert) : nullptr;
+  auto colbert_host = any_wanted("_host") ? HostCopy(*colbert) : nullptr;
+  // Int8 twins of the colbert and long-document corpora: the same seeds,
+  // so the same document lengths (4 GB and 1.4 GB beside the fp16 ones).
+  // Only a backend with an int8 kernel at d = 128 scores them.
+  const bool int8_ok = backend->SupportsDType(maxsimd::DType::kInt8, kDim);
+  if (!int8_ok && any_wanted("_int8")) {
+    std::printf(
+        "int8 shapes skipped: the GPU backend (--kernels %s) has no "
+        "int8 kernel at d = %d\n",
+        kernels.c_str(), kDim);
+  }
+  const bool want_int8 = int8_ok && any_wanted("_int8");
+  auto colbert_int8 =
+      want_int8 ? MakeCorpus(s, 100000, 300, 300, 11, maxsimd::DType::kInt8)
+                : nullptr;
+  auto longdoc_int8 =
+      want_int8 ? MakeCorpus(s, 10000, 1024, 1024, 13, maxsimd::DType::kInt8)
+                : nullptr;
 
   const std::vector<Shape> shapes = {
       {"colbert_rerank_1k", 1, 32, colbert.get(), 1000, 2, 0.040},
       {"colbert_scan_100k", 1, 32, colbert.get(), 0, 1, 95},
+      {"colbert_scan_100k_int8", 1, 32, colbert_int8.get(), 0, 3, 1.7},
       {"colbert_batch64_scan_100k", 64, 32, colbert.get(), 0, 1, 60},
       {"longdoc_rerank_10k", 1, 32, longdoc.get(), 10000, 1, 95},
+      {"longdoc_rerank_10k_int8", 1, 32, longdoc_int8.get(), 10000, 3, 1.7},
       {"medium_rerank_1k", 1, 128, longdoc.get(), 1000, 2, 0.080},
       {"colpali_text_rerank_10k", 1, 32, colpali.get(), 10000, 1, 95},
       {"colpali_page_rerank_1k", 1, 1024, longdoc.get(), 1000, 1, 60},
@@ -526,7 +678,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Result> results;
   for (const Shape& sh : shapes) {
-    if (!only.empty() && sh.name != only) continue;
+    if (!wanted(sh.name)) continue;
     if (sh.corpus == nullptr) continue;
     results.push_back(RunShape(*backend, sh, hbm, gemm, h2d, runs));
     const Result& r = results.back();
@@ -537,14 +689,21 @@ int main(int argc, char** argv) {
         r.pct);
     std::fflush(stdout);
   }
+  SetSpeedups(shapes, results);
 
-  std::printf("\n%-27s %10s %10s %10s %10s %8s %-18s %s\n", "shape", "gpu_ms",
-              "wall_ms", "GB", "GFLOP", "floor_ms", "%floor / target", "met");
+  std::printf("\n%-27s %10s %10s %10s %10s %8s %-18s %-3s %s\n", "shape",
+              "gpu_ms", "wall_ms", "GB", "GFLOP", "floor_ms", "%floor / target",
+              "met", "vs_fp16");
   for (const Result& r : results) {
-    std::printf("%-27s %10.4f %10.4f %10.3f %10.1f %8.4f %6.1f%% %-11s %s\n",
-                r.name.c_str(), r.gpu_ms, r.wall_ms, r.bytes / 1e9,
-                r.flops / 1e9, r.floor_ms, r.pct, r.target.c_str(),
-                r.has_target ? (r.met ? "yes" : "no") : "-");
+    char speedup[32] = "-";
+    if (r.has_speedup) {
+      std::snprintf(speedup, sizeof(speedup), "%.2fx", r.speedup);
+    }
+    std::printf(
+        "%-27s %10.4f %10.4f %10.3f %10.1f %8.4f %6.1f%% %-11s %-3s %s\n",
+        r.name.c_str(), r.gpu_ms, r.wall_ms, r.bytes / 1e9, r.flops / 1e9,
+        r.floor_ms, r.pct, r.target.c_str(),
+        r.has_target ? (r.met ? "yes" : "no") : "-", speedup);
   }
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -560,15 +719,21 @@ int main(int argc, char** argv) {
                  prop.name, hbm, gemm, h2d, runs);
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
+      // speedup_vs_fp16: int8 shapes whose twin ran; null otherwise.
+      char speedup[32] = "null";
+      if (r.has_speedup) {
+        std::snprintf(speedup, sizeof(speedup), "%.4f", r.speedup);
+      }
       std::fprintf(
           f,
           "    {\"name\": \"%s\", \"gpu_ms\": %.5f, \"wall_ms\": %.5f, "
           "\"maxsim_ms\": %.5f, \"topk_ms\": %.5f, "
           "\"bytes\": %.0f, \"flops\": %.0f, \"floor_ms\": %.5f, "
-          "\"pct_of_floor\": %.2f, \"target\": \"%s\", \"met\": %s}%s\n",
+          "\"pct_of_floor\": %.2f, \"target\": \"%s\", \"met\": %s, "
+          "\"speedup_vs_fp16\": %s}%s\n",
           r.name.c_str(), r.gpu_ms, r.wall_ms, r.kernel_ms, r.topk_ms, r.bytes,
           r.flops, r.floor_ms, r.pct, r.target.c_str(),
-          r.has_target ? (r.met ? "true" : "false") : "null",
+          r.has_target ? (r.met ? "true" : "false") : "null", speedup,
           i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

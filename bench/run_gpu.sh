@@ -8,8 +8,9 @@
 #                              and .bundle.tgz (carry the archive; the other
 #                              modes unpack it when .bundle/ is absent)
 #   bench/run_gpu.sh run       on a machine with an NVIDIA GPU: run the GPU
-#                              tests, then the benchmark; logs and JSON go to
-#                              $OUT (if set) or .bundle/out
+#                              tests, the benchmark, then the fidelity report
+#                              (top-10 overlap of each layout); logs and JSON
+#                              go to $OUT (if set) or .bundle/out
 #   bench/run_gpu.sh sanitize  compute-sanitizer memcheck + racecheck on the
 #                              small GPU tests
 #   bench/run_gpu.sh service   on a machine with an NVIDIA GPU: the sharded
@@ -26,7 +27,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=$root/.bundle
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
-  host_stream_test)
+  host_stream_test gpu_int8_test)
 
 # Service binaries and tests that also run on the GPU (path in the build).
 service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen
@@ -37,11 +38,11 @@ build() {
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DMAXSIMD_BUILD_SERVER=ON -DMAXSIMD_WITH_CUDA=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc
-  local targets=(maxsim_bench "${tests[@]}")
+  local targets=(maxsim_bench fidelity_bench "${tests[@]}")
   for b in "${service_bins[@]}"; do targets+=("$(basename "$b")"); done
   cmake --build "$build_dir" --target "${targets[@]}"
   rm -rf "$bundle"
-  local bins=(bench/maxsim_bench "${service_bins[@]}")
+  local bins=(bench/maxsim_bench bench/fidelity_bench "${service_bins[@]}")
   for t in "${tests[@]}"; do bins+=("tests/kernels/$t"); done
   "$root/scripts/bundle.sh" "$build_dir" "$bundle" "${bins[@]}"
   # The CUDA binaries compress about 4:1; the archive is what travels.
@@ -105,8 +106,9 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|MAXSIMD_TEST_SEED' "$out/$t.log" | head -20 || true
   done
   # The same scoring suites on the mma.sync kernels (the path of widths the
-  # TMA kernel does not take).
-  for t in maxsim_scan_test maxsim_gather_test host_stream_test; do
+  # TMA kernel does not take); there the int8 suite checks that int8 is
+  # refused, since only the TMA kernels score it.
+  for t in maxsim_scan_test maxsim_gather_test host_stream_test gpu_int8_test; do
     if MAXSIMD_TEST_KERNELS=mma "$bundle/bin/$t" --gtest_filter="${GTEST_FILTER:-*}" \
       >"$out/$t.mma.log" 2>&1; then
       :
@@ -119,11 +121,19 @@ run() {
   set +e
   "$bundle/bin/maxsim_bench" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
   local bench_rc=${PIPESTATUS[0]}
+  # Top-10 overlap of each layout with the exact fp32 ranking, on the GPU
+  # backend (bench/NOTES.md, "Fidelity").
+  "$bundle/bin/fidelity_bench" --backend gpu --json "$out/fidelity.json" \
+    >"$out/fidelity.log" 2>&1
+  local fid_rc=$?
   set -e
   echo
   echo "GPU tests:"
   printf '%s' "$summary"
   echo "benchmark exit code: $bench_rc (table above; JSON in $out/bench.json)"
+  echo
+  echo "fidelity (exit code $fid_rc; JSON in $out/fidelity.json):"
+  grep -A6 '^layout ' "$out/fidelity.log" || tail -5 "$out/fidelity.log"
   [[ $failed -eq 0 && $bench_rc -eq 0 ]]
 }
 

@@ -115,13 +115,22 @@ absl::Status ValidateCorpusConfig(const CorpusConfig& config,
 
 absl::Status CheckBackendServes(const CorpusConfig& config,
                                 const Backend& backend) {
-  if (backend.SupportsDType(config.storage_dtype)) return absl::OkStatus();
+  if (backend.SupportsDType(config.storage_dtype, config.dim)) {
+    if (config.placement == Placement::kHost &&
+        !backend.StreamsDType(config.storage_dtype)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "placement: PLACEMENT_HOST needs a backend that streams ",
+          DTypeName(config.storage_dtype), " tokens from host memory; backend ",
+          backend.name(), " streams only dense corpora (use PLACEMENT_GPU)"));
+    }
+    return absl::OkStatus();
+  }
   return absl::UnimplementedError(absl::StrCat(
       "layout: ",
       config.layout == Layout::kInt8 ? "LAYOUT_INT8" : "this layout",
       " needs a backend that scores ", DTypeName(config.storage_dtype),
-      " tokens; backend ", backend.name(),
-      " has no kernel for it yet (the CPU backend, --cpu, has)"));
+      " tokens; backend ", backend.name(), " has no kernel for them at dim ",
+      config.dim, " (the CPU backend, --cpu, has)"));
 }
 
 int64_t StoredRowBytes(const CorpusConfig& config) {

@@ -35,7 +35,9 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     return absl::OkStatus();
   };
   absl::Status placed = place(placement == Placement::kHost);
-  if (placement == Placement::kAuto && absl::IsResourceExhausted(placed)) {
+  // Auto falls back to the host only where the backend can stream it.
+  if (placement == Placement::kAuto && absl::IsResourceExhausted(placed) &&
+      store->StreamsDType(d.dtype)) {
     seg->resident_tokens_.reset();  // what fitted goes back first
     seg->resident_scales_.reset();
     placed = place(true);

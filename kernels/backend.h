@@ -72,14 +72,16 @@ struct SegmentRef {
 // document token row j as
 //
 //   quantize_queries false:  d_scale[j] * sum_k fp16(q[i,k]) * d[j,k]
-//   quantize_queries true:   (q_scale[i] * d_scale[j]) * float(sum_k
-//                            qq[i,k] * d[j,k])
+//   quantize_queries true:   q_scale[i] * (d_scale[j] * float(sum_k
+//                            qq[i,k] * d[j,k]))
 //
 // where fp16() rounds to the nearest float16 (ties to even, as the GPU
 // stages queries for dense float16 corpora), qq and q_scale are the query
 // row quantised by kernels/quantize.h, the first sum accumulates in fp32
 // and the second in int32 (exact). MaxSim is then as for dense segments.
-// Dense segments ignore quantize_queries.
+// q_scale[i] comes last so that a kernel may apply it once per row, to the
+// row's maximum: scaling by a non-negative number preserves the order, so
+// the result is the same. Dense segments ignore quantize_queries.
 //
 // Candidate lists: query i's candidates are
 // candidates[candidate_offsets[i] .. candidate_offsets[i + 1]). Each pair is
@@ -211,14 +213,21 @@ class Backend {
   // False after a sticky device error; the server then reports NOT_SERVING.
   virtual bool healthy() const = 0;
 
-  // Whether Search() scores segments stored as `dtype`. Every backend
-  // scores float16 and bfloat16 (the dense layout); a backend with kernels
-  // for more says so. The index asks before it accepts a corpus whose
-  // layout needs another dtype (int8), so that a backend without the
-  // kernel refuses the corpus at creation rather than every search.
-  virtual bool SupportsDType(DType dtype) const {
+  // Whether Search() scores segments stored as `dtype` with rows of `dim`
+  // values. Every backend scores float16 and bfloat16 (the dense layout)
+  // at any width; a backend with kernels for more says so. The index asks
+  // before it accepts a corpus whose layout needs another dtype (int8), so
+  // that a backend without the kernel refuses the corpus at creation
+  // rather than every search.
+  virtual bool SupportsDType(DType dtype, int32_t /*dim*/) const {
     return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   }
+
+  // Whether Search() streams host-placed segments (SegmentRef::streamed)
+  // of `dtype`. The index places such a corpus on the host only where this
+  // holds: placement host is refused at creation, and placement auto keeps
+  // it resident rather than fall back.
+  virtual bool StreamsDType(DType /*dtype*/) const { return true; }
 
   // Data may be spread over shards (the GPUs of a ShardedBackend); one
   // segment lives wholly in one shard, and Search() reads each SegmentRef

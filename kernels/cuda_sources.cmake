@@ -13,6 +13,7 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_tma.cu
   maxsim_tma_fp16.cu
   maxsim_tma_bf16.cu
+  maxsim_tma_int8.cu
   topk.cu
 )
 maxsimd_set_cuda_flags(maxsimd_kernels)

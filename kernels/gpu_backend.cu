@@ -40,6 +40,7 @@
 #include "kernels/maxsim_gather.h"
 #include "kernels/maxsim_scan.h"
 #include "kernels/maxsim_tma.h"
+#include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 #include "kernels/thread_pool.h"
 #include "kernels/topk.h"
@@ -160,11 +161,13 @@ class PinnedBuffer final : public ResidentBuffer {
 // device blobs share the layout, so one H2D copy moves them all.
 struct InputLayout {
   size_t query = 0, row_query = 0, query_offsets = 0, top_k = 0;
-  size_t query_blocks = 0, query_tiles = 0, maps = 0;
+  size_t query_blocks = 0, query_tiles = 0, maps = 0, slot_scales = 0;
+  size_t q_scales = 0;
   size_t rec_offsets = 0, records = 0, tiles = 0, end = 0;
 
   static InputLayout Make(int64_t query_bytes, int64_t rows, int32_t nq,
-                          int64_t maps, int64_t records, int64_t tiles) {
+                          int64_t slots, int64_t q_scale_rows, int64_t records,
+                          int64_t tiles) {
     InputLayout l;
     size_t at = 0;
     auto take = [&at](size_t bytes) {
@@ -178,7 +181,9 @@ struct InputLayout {
     l.top_k = take(nq * sizeof(int32_t));
     l.query_blocks = take((nq + 1) * sizeof(int32_t));
     l.query_tiles = take((nq + 1) * sizeof(int32_t));
-    l.maps = take(maps * sizeof(TensorMapBytes));
+    l.maps = take(slots * kTmaMapsPerSlot * sizeof(TensorMapBytes));
+    l.slot_scales = take(slots * sizeof(const float*));
+    l.q_scales = take(q_scale_rows * sizeof(float));
     l.rec_offsets = take((nq + 1) * sizeof(int64_t));
     l.records = take(records * sizeof(GatherRecord));
     l.tiles = take(tiles * sizeof(GatherTile));
@@ -310,6 +315,17 @@ class GpuBackendImpl final : public Backend {
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
   bool healthy() const override { return healthy_.load(); }
+  // Int8 corpora take the TMA kernel only, at the widths it widens whole.
+  bool SupportsDType(DType dtype, int32_t dim) const override {
+    if (dtype == DType::kInt8) {
+      return options_.use_tma && TmaSupportsInt8Dim(dim);
+    }
+    return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  }
+  // The stream buffers carry token rows only, no scales.
+  bool StreamsDType(DType dtype) const override {
+    return dtype != DType::kInt8;
+  }
   std::vector<DeviceMemory> Memory() const override;
 
  private:
@@ -416,8 +432,10 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   }
   const InputLayout cap = InputLayout::Make(
       options_.max_query_elements * 2, lim.max_batch_query_tokens,
-      lim.max_batch_queries, 2 * (kMaxTmaSegments + kStreamBuffers),
-      lim.max_batch_candidates, MaxTiles(lim));
+      lim.max_batch_queries, kMaxTmaSegments + kStreamBuffers,
+      // Staged rows: at least 64 elements each.
+      options_.max_query_elements / 64, lim.max_batch_candidates,
+      MaxTiles(lim));
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
                                    w->in_bytes, cudaHostAllocDefault));
@@ -599,15 +617,28 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   for (size_t s = 0; s < params.segments.size(); ++s) {
     const SegmentView& v = params.segments[s].resident;
     if (v.dtype == DType::kInt8) {
-      return absl::UnimplementedError(absl::StrCat(
-          "GpuBackend::Search: segments[", s,
-          "] is layout int8: the GPU kernel for int8 corpora is not built "
-          "yet; serve them with the CPU backend (--cpu)"));
-    }
-    if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
+      if (!SupportsDType(DType::kInt8, params.dim)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GpuBackend::Search: segments[", s, "] is layout int8 of dim ",
+            params.dim,
+            "; the GPU kernel for int8 corpora takes dim 64, 128 or 256 and "
+            "needs the TMA kernels (sm_90); serve the corpus with the CPU "
+            "backend (--cpu)"));
+      }
+      if (params.segments[s].streamed) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GpuBackend::Search: segments[", s,
+            "] is layout int8 and host-placed; the GPU backend streams only "
+            "dense corpora from host memory (use placement gpu)"));
+      }
+      if (v.scales == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "GpuBackend::Search: segments[", s, "] is int8 and has no scales"));
+      }
+    } else if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),
-          "; the GPU backend reads float16 or bfloat16"));
+          "; the GPU backend reads float16, bfloat16 or int8"));
     }
     if (v.dtype != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -748,6 +779,20 @@ absl::Status GpuBackendImpl::RunSearch(
   // This request's layout: no larger than the capacity layout in every
   // region, and compact, so the one H2D copy moves little beyond the data.
   const TmaPlan tma = PlanTma(p, gather);
+  const bool int8 = dtype == DType::kInt8;
+  if (int8 && !tma.on) {
+    return absl::UnimplementedError(absl::StrCat(
+        "GpuBackend::Search: an int8 batch needs the TMA kernel, which this "
+        "batch exceeds (at most ",
+        kMaxTmaSegments, " segments, 2^31 tokens per segment, ",
+        options_.max_query_elements, " staged query elements)"));
+  }
+  // Int8: queries go to the MMAs as float16, rounded (quantize_queries
+  // false) or holding their int8 codes exactly (true), whose row scales
+  // the kernel applies.
+  const DType query_dtype = int8 ? DType::kFloat16 : dtype;
+  const bool q_scaled = int8 && p.quantize_queries;
+  const int64_t q_scale_rows = q_scaled ? tma.tiles * tma.tile_rows : 0;
   const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
   // Records per gather block: the TMA kernel spreads a small rerank over
   // every block slot of the device (one wave), a large one in blocks of up
@@ -766,8 +811,8 @@ absl::Status GpuBackendImpl::RunSearch(
              : rows * dpad * 2;
   const int64_t map_slots = nseg + (any_streamed ? kStreamBuffers : 0);
   const InputLayout cap = InputLayout::Make(
-      query_bytes, rows, nq, tma.on ? 2 * map_slots : 0, total_candidates,
-      gather ? total_candidates / per_unit + nq : 0);
+      query_bytes, rows, nq, tma.on ? map_slots : 0, q_scale_rows,
+      total_candidates, gather ? total_candidates / per_unit + nq : 0);
   char* in = w.pinned_in;
   // A rerank's host-placed candidates, gathered into the stream buffers in
   // rounds (alternating buffers).
@@ -781,6 +826,12 @@ absl::Status GpuBackendImpl::RunSearch(
     if (tma.on) {
       std::memset(in + cap.query, 0, query_bytes);
       std::vector<uint16_t> row_buf(dim);
+      std::vector<float> code_row(q_scaled ? dim : 0);
+      std::vector<int8_t> codes(q_scaled ? dim : 0);
+      float* q_scales = reinterpret_cast<float*>(in + cap.q_scales);
+      // Padding rows hold zeros; a multiplier of 1 keeps an empty
+      // document's -inf maxima from turning into NaN there.
+      std::fill(q_scales, q_scales + q_scale_rows, 1.f);
       int32_t* blocks = reinterpret_cast<int32_t*>(in + cap.query_blocks);
       int32_t* qtiles = reinterpret_cast<int32_t*>(in + cap.query_tiles);
       for (int32_t q = 0; q <= nq; ++q) {
@@ -789,8 +840,15 @@ absl::Status GpuBackendImpl::RunSearch(
         if (q == nq) break;
         for (int64_t i = 0; i < p.query_offsets[q + 1] - p.query_offsets[q];
              ++i) {
-          ConvertFromFloat(p.query_tokens + (p.query_offsets[q] + i) * dim, dim,
-                           dtype, row_buf.data());
+          const float* src = p.query_tokens + (p.query_offsets[q] + i) * dim;
+          if (q_scaled) {
+            const float scale = QuantizeInt8Row(src, dim, codes.data());
+            // A zero row's codes are zeros: any multiplier gives 0.
+            q_scales[tma.place[q] + i] = scale > 0.f ? scale : 1.f;
+            std::copy(codes.begin(), codes.end(), code_row.begin());
+            src = code_row.data();
+          }
+          ConvertFromFloat(src, dim, query_dtype, row_buf.data());
           StageTmaQueryRow(row_buf.data(), dim, tma.dpad, tma.place[q] + i,
                            tma.tile_rows,
                            reinterpret_cast<uint8_t*>(in + cap.query));
@@ -799,18 +857,19 @@ absl::Status GpuBackendImpl::RunSearch(
       TensorMapBytes* maps = reinterpret_cast<TensorMapBytes*>(in + cap.maps);
       for (int64_t s = 0; s < map_slots; ++s) {
         const bool buffer = s >= nseg;
-        if (!buffer && p.segments[s].streamed) {
-          std::memset(&maps[2 * s], 0, 2 * sizeof(TensorMapBytes));  // unused
-          continue;
-        }
+        TensorMapBytes* slot = maps + kTmaMapsPerSlot * s;
+        std::memset(slot, 0, kTmaMapsPerSlot * sizeof(TensorMapBytes));
+        // Int8 segments are never streamed: a buffer's slot has none.
+        reinterpret_cast<const float**>(in + cap.slot_scales)[s] =
+            buffer ? nullptr : p.segments[s].resident.scales;
+        if (!buffer && p.segments[s].streamed) continue;  // unused
         const void* tokens =
             buffer ? w.dev_stream[s - nseg] : p.segments[s].resident.tokens;
         const int64_t num_tokens =
             buffer ? stream_rows : p.segments[s].resident.num_tokens;
         for (int b = 0; b < 2; ++b) {
           MAXSIMD_RETURN_IF_ERROR(EncodeTokenMap(dtype, tokens, num_tokens, dim,
-                                                 kTmaBoxRows[b],
-                                                 &maps[2 * s + b]));
+                                                 kTmaBoxRows[b], &slot[b]));
         }
       }
     } else {
@@ -923,7 +982,7 @@ absl::Status GpuBackendImpl::RunSearch(
   }
   // One copy up to the last used byte; the only gaps are alignment and the
   // records of deleted candidates.
-  size_t used = tma.on ? cap.maps + 2 * map_slots * sizeof(TensorMapBytes)
+  size_t used = tma.on ? cap.q_scales + q_scale_rows * sizeof(float)
                        : cap.top_k + nq * sizeof(int32_t);
   if (gather) {
     used = num_tiles > 0 ? cap.tiles + num_tiles * sizeof(GatherTile)
@@ -956,6 +1015,12 @@ absl::Status GpuBackendImpl::RunSearch(
     t.query_tiles =
         reinterpret_cast<const int32_t*>(w.dev_in + cap.query_tiles);
     t.maps = reinterpret_cast<const TensorMapBytes*>(w.dev_in + cap.maps);
+    t.scales =
+        int8 ? reinterpret_cast<const float* const*>(w.dev_in + cap.slot_scales)
+             : nullptr;
+    t.q_scales = q_scaled
+                     ? reinterpret_cast<const float*>(w.dev_in + cap.q_scales)
+                     : nullptr;
     int64_t group = TmaMaxTiles(tma.warpgroups);
     if (t.records == nullptr && options_.tma_scan_tile_group > 0) {
       group = std::min<int64_t>(group, options_.tma_scan_tile_group);

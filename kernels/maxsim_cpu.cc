@@ -85,7 +85,7 @@ float MaxSimAgainstDoc(const float* query, int64_t lq, const float* doc,
 constexpr int32_t kMaxInt8Dim = 1 << 17;
 
 // MaxSim of `lq` quantised query rows against `ld` int8 document rows:
-// cell (s, t) = (query_scales[s] * doc_scales[t]) * float(int32 dot), the
+// cell (s, t) = query_scales[s] * (doc_scales[t] * float(int32 dot)), the
 // dot exact in int32 (dim <= kMaxInt8Dim).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=haswell", "default")))
@@ -106,7 +106,7 @@ float MaxSimInt8AgainstDoc(const int8_t* query, const float* query_scales,
         dot += static_cast<int32_t>(q[j]) * static_cast<int32_t>(d[j]);
       }
       const float cell =
-          (query_scales[s] * doc_scales[t]) * static_cast<float>(dot);
+          query_scales[s] * (doc_scales[t] * static_cast<float>(dot));
       row_max[s] = std::fmax(row_max[s], cell);
     }
   }

@@ -52,7 +52,7 @@ class CpuBackend final : public Backend {
                       SearchTiming* timing) override;
   bool healthy() const override { return true; }
   // Every dtype: float32, float16, bfloat16 and int8 (with scales).
-  bool SupportsDType(DType) const override { return true; }
+  bool SupportsDType(DType, int32_t) const override { return true; }
 
  private:
   explicit CpuBackend(const CpuBackendOptions& options);

@@ -34,11 +34,14 @@ void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
   }
 }
 
-absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
-                            int32_t dim, int32_t box_rows,
-                            TensorMapBytes* map) {
-  std::memset(map, 0, sizeof(*map));
-  if (num_tokens == 0) return absl::OkStatus();
+namespace {
+
+// cuTensorMapEncodeTiled through the driver entry point (the runtime is
+// linked statically; the driver is whatever the machine has).
+absl::Status EncodeTiled(CUtensorMapDataType type, cuuint32_t rank,
+                         const void* base, const cuuint64_t* dims,
+                         const cuuint64_t* strides, const cuuint32_t* box,
+                         CUtensorMapSwizzle swizzle, TensorMapBytes* map) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -57,23 +60,10 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
     return absl::UnavailableError(
         "EncodeTokenMap: the driver has no cuTensorMapEncodeTiled");
   }
-  if (num_tokens >= (int64_t{1} << 31) || !TmaSupportsDim(dim) ||
-      reinterpret_cast<uintptr_t>(tokens) % 16 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EncodeTokenMap: ", num_tokens, " tokens of dim ", dim,
-                     " are outside the TMA path's limits"));
-  }
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim),
-                              static_cast<cuuint64_t>(num_tokens)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dim) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult res = encode(
-      reinterpret_cast<CUtensorMap*>(map),
-      dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      2, const_cast<void*>(tokens), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      reinterpret_cast<CUtensorMap*>(map), type, rank, const_cast<void*>(base),
+      dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       // No L2 promotion: with 256-byte promotion each half-row request
       // fetched the whole row and the scan reached 89% of the read
       // ceiling instead of 96% (bench/NOTES.md, v3).
@@ -83,6 +73,37 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
         "cuTensorMapEncodeTiled failed with CUresult ", static_cast<int>(res)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
+                            int32_t dim, int32_t box_rows,
+                            TensorMapBytes* map) {
+  std::memset(map, 0, sizeof(*map));
+  if (num_tokens == 0) return absl::OkStatus();
+  const bool int8 = dtype == DType::kInt8;
+  if (num_tokens >= (int64_t{1} << 31) ||
+      !(int8 ? TmaSupportsInt8Dim(dim) : TmaSupportsDim(dim)) ||
+      reinterpret_cast<uintptr_t>(tokens) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EncodeTokenMap: ", num_tokens, " ", DTypeName(dtype),
+        " tokens of dim ", dim, " are outside the TMA path's limits"));
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim),
+                              static_cast<cuuint64_t>(num_tokens)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dim) * (int8 ? 1 : 2)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(int8 ? dim : 64),
+                             static_cast<cuuint32_t>(box_rows)};
+  const CUtensorMapDataType type =
+      int8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+           : (dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  // Int8 rows are widened by threads that read them row-major, so they
+  // land unswizzled; the MMAs read float16 boxes in the 128-byte swizzle.
+  return EncodeTiled(
+      type, 2, tokens, dims, strides, box,
+      int8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, map);
 }
 
 namespace {
@@ -97,7 +118,9 @@ absl::Status DispatchWarpgroups(const TmaLaunchParams& p, cudaStream_t s) {
 
 template <typename Tag>
 absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
-  if (!TmaSupportsDim(p.dim) || p.dpad != TmaPaddedDim(p.dim)) {
+  constexpr bool kInt8 = std::is_same_v<Tag, detail::Int8>;
+  if (!(kInt8 ? TmaSupportsInt8Dim(p.dim) : TmaSupportsDim(p.dim)) ||
+      p.dpad != TmaPaddedDim(p.dim)) {
     return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
                                                    p.dim, " with dpad ", p.dpad,
                                                    " has no TMA kernel"));
@@ -123,9 +146,9 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
         absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
                      TmaMaxTiles(p.warpgroups)));
   }
-  return detail::DispatchDtype(p.dtype, "LaunchMaxSimTma", [&](auto tag) {
-    return DispatchDim<decltype(tag)>(p, stream);
-  });
+  return detail::DispatchDtype</*kWithInt8=*/true>(
+      p.dtype, "LaunchMaxSimTma",
+      [&](auto tag) { return DispatchDim<decltype(tag)>(p, stream); });
 }
 
 }  // namespace maxsimd

@@ -35,6 +35,11 @@ struct alignas(64) TensorMapBytes {
 inline bool TmaSupportsDim(int32_t dim) {
   return dim >= 64 && dim <= 256 && dim % 8 == 0;
 }
+// Int8 corpora (widened to float16 in shared memory, one int8 row per
+// copy-engine row): the widths whose rows fill the padded width exactly.
+inline bool TmaSupportsInt8Dim(int32_t dim) {
+  return dim == 64 || dim == 128 || dim == 256;
+}
 // Elements per staged query row: dim rounded up to 64 (one 128-byte
 // swizzle row); the columns past dim are zero, and so are the corpus
 // columns past dim (the copy engine fills outside the tensor with zeros).
@@ -66,19 +71,22 @@ inline int64_t TmaTileBytes(int32_t warpgroups, int32_t dpad) {
 void StageTmaQueryRow(const uint16_t* src, int32_t dim, int32_t dpad,
                       int64_t row, int32_t tile_rows, uint8_t* tiles);
 
-// Each segment has two tensor maps, boxes of 64 columns x kTmaBoxRows[i]
-// rows: maps[2 * slot] (16 rows: record pieces at 16-row granularity) and
-// maps[2 * slot + 1] (64 rows: long runs, four times fewer copies).
+// Each segment has two tensor maps, maps[2 * slot + i]: its tokens in boxes
+// of kTmaBoxRows[i] rows (16 rows: record pieces at 16-row granularity; 64
+// rows: long runs, four times fewer copies).
+inline constexpr int32_t kTmaMapsPerSlot = 2;
 inline constexpr int32_t kTmaBoxRows[2] = {16, 64};
 
 // Encodes the tensor map of a segment's tokens ([num_tokens, dim], device
-// memory, 16-byte aligned) with boxes of 64 columns x box_rows rows and the
-// 128-byte swizzle. num_tokens == 0 gives a map that is never used.
+// memory, 16-byte aligned) with boxes of box_rows rows: for float16 and
+// bfloat16, boxes of 64 columns in the 128-byte swizzle; for int8 (dim a
+// TmaSupportsInt8Dim width), whole rows, unswizzled. num_tokens == 0 gives a
+// map that is never used.
 absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
                             int32_t dim, int32_t box_rows, TensorMapBytes* map);
 
 // A gather record of the TMA path: rows [row, row + len) of the segment
-// whose tensor maps are maps[2 * slot], maps[2 * slot + 1]. `position` sits
+// whose tensor maps are maps[kTmaMapsPerSlot * slot ..]. `position` sits
 // where GatherRecord has it, so the top-k pass reads either array alike.
 struct TmaRecord {
   int32_t row = 0;
@@ -106,7 +114,14 @@ struct TmaLaunchParams {
   // Row blocks (16 rows) of each query: query q owns blocks
   // [query_blocks[q], query_blocks[q + 1]). Every query starts on a block.
   const int32_t* query_blocks = nullptr;
-  const TensorMapBytes* maps = nullptr;  // device, two per segment
+  const TensorMapBytes* maps = nullptr;  // device, kTmaMapsPerSlot per slot
+  // Int8 corpora: the scales of the segment of each map slot (device array
+  // of device pointers); null otherwise.
+  const float* const* scales = nullptr;
+  // Int8 corpora with quantised queries: the scale of every staged query
+  // row (padding rows 1); null otherwise. A row's maxima are multiplied by
+  // it before the sum over the query's rows.
+  const float* q_scales = nullptr;
   // Scan (records == nullptr): documents [doc_begin, doc_begin + num_docs)
   // of the segment of map slot map_slot, docs_per_unit per block, scored
   // against queries [q_begin, q_end) (those with rows in the tiles).

@@ -143,10 +143,15 @@ bool ShardedBackend::healthy() const {
                      [](const auto& s) { return s->healthy(); });
 }
 
-bool ShardedBackend::SupportsDType(DType dtype) const {
-  return std::all_of(shards_.begin(), shards_.end(), [dtype](const auto& s) {
-    return s->SupportsDType(dtype);
-  });
+bool ShardedBackend::StreamsDType(DType dtype) const {
+  return std::all_of(shards_.begin(), shards_.end(),
+                     [dtype](const auto& s) { return s->StreamsDType(dtype); });
+}
+
+bool ShardedBackend::SupportsDType(DType dtype, int32_t dim) const {
+  return std::all_of(
+      shards_.begin(), shards_.end(),
+      [dtype, dim](const auto& s) { return s->SupportsDType(dtype, dim); });
 }
 
 int ShardedBackend::num_shards() const {
@@ -189,7 +194,7 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
           absl::StrCat("ShardedBackend::Search: segments[", i, "].shard is ",
                        ref.shard, "; the backend has ", n, " shards"));
     }
-    if (!shards_[ref.shard]->SupportsDType(ref.resident.dtype)) {
+    if (!shards_[ref.shard]->SupportsDType(ref.resident.dtype, params.dim)) {
       return absl::UnimplementedError(
           absl::StrCat("ShardedBackend::Search: segments[", i, "] is ",
                        DTypeName(ref.resident.dtype), " (layout ",

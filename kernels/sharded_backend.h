@@ -49,7 +49,8 @@ class ShardedBackend final : public Backend {
                       SearchTiming* timing) override;
   bool healthy() const override;
   // True when every shard scores `dtype`.
-  bool SupportsDType(DType dtype) const override;
+  bool SupportsDType(DType dtype, int32_t dim) const override;
+  bool StreamsDType(DType dtype) const override;
   int num_shards() const override;
   Backend* shard(int i) override;
   // One entry per device: shards on one GPU add up their corpus and

@@ -1,7 +1,8 @@
 // The run-time dtype -> tag-type step that every kernel launcher starts
-// with: float16 and bfloat16 corpora have kernels, others an error that
-// names the launcher. Also the (dtype, dim, row tiles) -> instance step the
-// two mma.sync launchers (scan and gather) share.
+// with: float16 and bfloat16 corpora have kernels everywhere, int8 in the
+// TMA kernel, others an error that names the launcher. Also the (dtype, dim,
+// row tiles) -> instance step the two mma.sync launchers (scan and gather)
+// share.
 #ifndef MAXSIMD_KERNELS_DETAIL_DTYPE_DISPATCH_CUH_
 #define MAXSIMD_KERNELS_DETAIL_DTYPE_DISPATCH_CUH_
 
@@ -15,18 +16,21 @@
 
 namespace maxsimd::detail {
 
-// Calls fn(Fp16{}) or fn(Bf16{}) for `dtype`; INVALID_ARGUMENT otherwise.
-template <typename Fn>
+// Calls fn(Fp16{}) or fn(Bf16{}) for `dtype`, and fn(Int8{}) where the
+// launcher has int8 kernels (kWithInt8); INVALID_ARGUMENT otherwise.
+template <bool kWithInt8 = false, typename Fn>
 absl::Status DispatchDtype(DType dtype, const char* launcher, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat16:
       return fn(Fp16{});
     case DType::kBFloat16:
       return fn(Bf16{});
+    case DType::kInt8:
+      if constexpr (kWithInt8) return fn(Int8{});
+      [[fallthrough]];
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(launcher, ": dtype ", DTypeName(dtype),
-                       " has no GPU kernel (float16 and bfloat16 do)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          launcher, ": dtype ", DTypeName(dtype), " has no kernel here"));
   }
 }
 

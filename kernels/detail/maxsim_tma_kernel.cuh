@@ -30,6 +30,14 @@
 // is summed per query (fixed order: deterministic) and written to the
 // scores.
 //
+// Int8 corpora (Tag Int8): the copy engine brings int8 rows (unswizzled)
+// and their fp32 scales into a ring of their own; at the start of each
+// chunk the consumers widen it, exactly, into one float16 stage of the
+// layout above and release the int8 stage, so the MMAs and the segment
+// index are the float16 kernel's. The epilogue multiplies each cell by its
+// column's scale before the max, and a quantised query's row maxima by the
+// row's scale (kernels/backend.h gives the formulas).
+//
 // Every document token is read from HBM once per launch; the query tiles
 // come from L2.
 #ifndef MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
@@ -38,6 +46,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "kernels/cuda_check.cuh"
@@ -77,45 +86,76 @@ struct TmaChunkHeader {
   uint32_t mask[kTmaMaxSegs][8];
 };
 
-template <int kDP, int kWG>
+// kI8: an int8 corpus. The copy engine fills a ring of int8 rows and their
+// scales; two widening warps turn each chunk into one float16 stage of the
+// layout above, which the MMAs read.
+template <int kDP, int kWG, bool kI8_ = false>
 struct TmaShape {
+  static constexpr bool kI8 = kI8_;
   static constexpr int kHalves = kDP / 64;  // 128-byte swizzle rows per row
   static constexpr int kTileRows = kWG == 1 ? 32 : 64;
   // Tokens per chunk: 32 KB stages with one warpgroup, 64 KB with two
   // (d <= 128), so that memory-bound blocks keep ~100 KB in flight per
   // multiprocessor and compute-bound ones reload query tiles less often.
-  static constexpr int kN = kWG == 1 ? 16384 / kDP : (kDP == 256 ? 64 : 256);
-  static constexpr int kStages = kWG == 1 ? (kDP == 256 ? 2 : 3) : 2;
-  static constexpr int kHeaders = 2 * kStages;
+  // Int8 with one warpgroup: at most 128 tokens, one accumulator (the
+  // widening warps leave no registers for two), and where shared memory
+  // allows two float16 stages, so that widening the next chunk overlaps
+  // the MMAs and the epilogue of this one.
+  static constexpr int kN = kWG == 1 ? (kI8 && kDP == 64 ? 128 : 16384 / kDP)
+                                     : (kDP == 256 ? 64 : 256);
+  static constexpr int kWide = !kI8 ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
+  static constexpr int kStages =
+      kWG == 1 ? (kI8 ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
+                      : (kDP == 256 ? 2 : 3))
+               : 2;
+  // A header is rewritten kHeaders chunks later, once every reader is
+  // past it: with int8, the producer refills a stage once it is widened,
+  // and the one float16 stage frees up before the epilogue of its chunk.
+  static constexpr int kHeaders = kI8 ? kStages + kWide + 1 : 2 * kStages;
   static constexpr int kQStages = kWG == 1 ? 1 : 2;  // per warpgroup
   static constexpr int kMaxTiles = kWG == 1 ? 1 : 32;
   static constexpr int kBlocksPerTile = kTileRows / 16;
   static constexpr int kRowBlocks = kMaxTiles * kBlocksPerTile;
   static constexpr int kConsumers = 128 * kWG;
-  static constexpr int kThreads = kConsumers + 32;
+  // int8: two warps widen the int8 chunks for the consumers.
+  static constexpr int kWideners = kI8 ? 64 : 0;
+  static constexpr int kThreads = kConsumers + 32 + kWideners;
   static constexpr int kTileBytes = kTileRows * kDP * 2;
   static constexpr int kHalfStageBytes = kN * 128;
   static constexpr int kStageBytes = kN * kDP * 2;
+  static constexpr int kDocStages = kI8 ? kWide : kStages;
+  // Blocks of one warpgroup hold at most two queries.
+  static constexpr int kQblkCache = kWG == 1 ? 8 : kTmaQblkCache;
+  static constexpr int kI8StageBytes = kI8 ? kN * kDP : 0;
+  static constexpr int kScaleBytes = kI8 ? kN * 4 : 0;
   // Shared memory, from a 1024-byte aligned base. The query ring comes
   // first: with 32-row tiles the 64-row wgmma reads 32 rows past a tile
   // (results unused), which must stay inside the allocation.
   static constexpr int kQOff = 0;
   static constexpr int kDocOff = kQOff + kWG * kQStages * kTileBytes;
-  static constexpr int kHdrOff = kDocOff + kStages * kStageBytes;
+  static constexpr int kI8Off = kDocOff + kDocStages * kStageBytes;
+  static constexpr int kScOff = kI8Off + kStages * kI8StageBytes;
+  // The scales of the chunks widened into the float16 stages: one slot
+  // more than stages, since a stage is refilled during its chunk's
+  // epilogue, which still reads the scales.
+  static constexpr int kWideScOff = kScOff + kStages * kScaleBytes;
+  static constexpr int kHdrOff = kWideScOff + (kWide + 1) * kScaleBytes;
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
   // Two partial-sum tables, by chunk parity (see Consume).
   static constexpr int kPartBytes = kTmaMaxSegs * kRowBlocks * 4;
   static constexpr int kQblkOff = kPartOff + 2 * kPartBytes;
-  static constexpr int kBarOff = kQblkOff + kTmaQblkCache * 4;
-  static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages;
+  static constexpr int kBarOff = kQblkOff + kQblkCache * 4;
+  static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages + 2 * kWide;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static_assert(kDocOff % 1024 == 0 && kStageBytes % 1024 == 0, "alignment");
   static_assert(kBarOff % 8 == 0, "alignment");
   static_assert(kHdrOff % 16 == 0 && sizeof(TmaChunkHeader) % 16 == 0,
                 "segments are read 16 bytes at a time");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert(kWG != 1 || kSmemBytes <= 113 * 1024,
+                "two blocks per multiprocessor");
 };
 
 // Per-lane cache of 32 consecutive int64 values of a global array, shared
@@ -159,11 +199,18 @@ struct WarpCacheRecord {
 
 template <typename Tag, int kDP, int kWG>
 struct TmaBlock {
-  using S = TmaShape<kDP, kWG>;
+  static constexpr bool kI8 = std::is_same_v<Tag, Int8>;
+  using S = TmaShape<kDP, kWG, kI8>;
+  // The MMA's operand type: int8 chunks are widened to float16 first.
+  using MmaTag = std::conditional_t<kI8, Fp16, Tag>;
 
   const TmaLaunchParams& p;
   uint8_t* qsm;
   uint8_t* dsm;
+  uint8_t* i8sm;   // int8: [kStages] chunks of int8 rows
+  float* scsm;     // int8: [kStages] their scales
+  float* wide_sc;  // int8: [kWide + 1][kN] scales of the widened chunks
+  const float* sc = nullptr;  // int8: the consumers' chunk's scales
   TmaChunkHeader* hdr;
   float* carry;
   float* part;       // this chunk's table of partial sums
@@ -173,6 +220,8 @@ struct TmaBlock {
   uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
   uint64_t* qfull;   // [kWG * kQStages] query tile landed
   uint64_t* qempty;  // [kWG * kQStages] query tile consumed
+  uint64_t* wfull;   // int8: [kWide] float16 stage holds a widened chunk
+  uint64_t* wempty;  // int8: [kWide] its MMAs are done (arrival per warp)
   bool gather;
   int32_t query;   // gather: the unit's query
   int32_t ta;      // the unit's first tile (global index)
@@ -296,16 +345,25 @@ struct TmaBlock {
           int at = 0;
           while (at < take) {
             const int big = take - at >= 64 ? 1 : 0;
-            const void* map = p.maps[2 * rec.slot + big].bytes;
+            const TensorMapBytes* maps = p.maps + kTmaMapsPerSlot * rec.slot;
             const int rows = big ? 64 : 16;
-            for (int hh = 0; hh < S::kHalves; ++hh) {
-              TmaLoad2D(stage + hh * S::kHalfStageBytes + (cols + at) * 128,
-                        map, &full[s], hh * 64,
-                        static_cast<int32_t>(rec.row + cur.off + at));
+            const int32_t row = static_cast<int32_t>(rec.row + cur.off + at);
+            if constexpr (kI8) {
+              TmaLoad2D(i8sm + s * S::kI8StageBytes + (cols + at) * kDP,
+                        maps[big].bytes, &full[s], 0, row);
+              bytes += rows * kDP;
+            } else {
+              for (int hh = 0; hh < S::kHalves; ++hh) {
+                TmaLoad2D(stage + hh * S::kHalfStageBytes + (cols + at) * 128,
+                          maps[big].bytes, &full[s], hh * 64, row);
+              }
+              bytes += rows * 128 * S::kHalves;
             }
-            bytes += rows * 128 * S::kHalves;
             at += rows;
           }
+        }
+        if constexpr (kI8) {
+          CopyScales(s, cols, p.scales[rec.slot] + rec.row + cur.off, take);
         }
         ++nseg;
         if (!ends) {
@@ -344,18 +402,29 @@ struct TmaBlock {
       // box minus one row past it is read.
       const int box = p.scan_box_rows;
       const int nb = (cols + box - 1) / box;
+      const int big = box == 64 ? 1 : 0;
       if (lane == 0) {
-        const void* map = p.maps[2 * p.map_slot + (box == 64 ? 1 : 0)].bytes;
+        const TensorMapBytes* maps = p.maps + kTmaMapsPerSlot * p.map_slot;
         for (int b = 0; b < nb; ++b) {
-          for (int hh = 0; hh < S::kHalves; ++hh) {
-            TmaLoad2D(stage + hh * S::kHalfStageBytes + b * box * 128, map,
-                      &full[s], hh * 64,
-                      static_cast<int32_t>(c_tok - p.row_base + box * b));
+          const int32_t row =
+              static_cast<int32_t>(c_tok - p.row_base + box * b);
+          if constexpr (kI8) {
+            TmaLoad2D(i8sm + s * S::kI8StageBytes + b * box * kDP,
+                      maps[big].bytes, &full[s], 0, row);
+          } else {
+            for (int hh = 0; hh < S::kHalves; ++hh) {
+              TmaLoad2D(stage + hh * S::kHalfStageBytes + b * box * 128,
+                        maps[big].bytes, &full[s], hh * 64, row);
+            }
           }
         }
       }
-      bytes = nb * box * 128 * S::kHalves;
+      bytes = nb * box * (kI8 ? kDP : 128 * S::kHalves);
+      if constexpr (kI8) {
+        CopyScales(s, 0, p.scales[p.map_slot] + (c_tok - p.row_base), cols);
+      }
     }
+    if constexpr (kI8) CpAsyncMbarArrive(&full[s]);
     __syncwarp();
     IndexChunk(h, nseg);
     __syncwarp();
@@ -366,6 +435,16 @@ struct TmaBlock {
       MbarArriveExpectTx(&full[s], bytes);
     }
     return false;
+  }
+
+  // int8: the scales of n rows from `src` into chunk columns [col, col +
+  // n) of stage s, by the whole warp (4-byte copies: rows start anywhere);
+  // the chunk's barrier waits for them (CpAsyncMbarArrive).
+  __device__ __forceinline__ void CopyScales(int s, int col, const float* src,
+                                             int n) {
+    for (int j = threadIdx.x & 31; j < n; j += 32) {
+      CpAsync4(scsm + s * S::kN + col + j, src + j);
+    }
   }
 
   // True when segment sg has columns in [base, base + cols), or is empty
@@ -413,14 +492,21 @@ struct TmaBlock {
     const int lane = threadIdx.x & 31;
     const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
     for (int64_t c = 0;; ++c) {
-      const int s = static_cast<int>(c % S::kStages);
-      MbarWait(&full[s], (c / S::kStages) & 1);
+      int s = static_cast<int>(c % S::kStages);
+      // Int8: s is the float16 stage, which the consumers release.
+      if constexpr (kI8) {
+        s = static_cast<int>(c % S::kWide);
+        MbarWait(&wfull[s], (c / S::kWide) & 1);
+        sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
+      } else {
+        MbarWait(&full[s], (c / S::kStages) & 1);
+      }
       const TmaChunkHeader* h = &hdr[c % S::kHeaders];
       const int nseg = h->nseg;
       if (nseg < 0) break;
       const uint8_t* stage = dsm + s * S::kStageBytes;
       if (nw == 0) {
-        if (lane == 0) MbarArrive(&empty[s]);
+        if (lane == 0) MbarArrive(kI8 ? &wempty[s] : &empty[s]);
       } else if constexpr (kSplit) {
         ChunkSplit(c, s, stage, h, wg, nw);
       } else {
@@ -454,7 +540,105 @@ struct TmaBlock {
   __device__ __forceinline__ void Release(int slot, bool last_tile, int s) {
     if ((threadIdx.x & 31) != 0) return;
     if (!resident) MbarArrive(&qempty[slot]);
-    if (last_tile) MbarArrive(&empty[s]);
+    if (last_tile) MbarArrive(kI8 ? &wempty[s] : &empty[s]);
+  }
+
+  // int8: four int8 values -> two float16x2 words, exactly. A byte b is
+  // placed as the mantissa of 1024 (0x6400) after b ^ 0x80 = b + 128, then
+  // 1152 is subtracted.
+  __device__ __forceinline__ static void WidenI8x4(uint32_t x, uint32_t& lo,
+                                                   uint32_t& hi) {
+    x ^= 0x80808080u;
+    const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140);
+    const uint32_t b = __byte_perm(x, 0x64646464u, 0x5342);
+    const __half2 bias =
+        __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
+    const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+    const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+    lo = *reinterpret_cast<const uint32_t*>(&ha);
+    hi = *reinterpret_cast<const uint32_t*>(&hb);
+  }
+
+  // int8, the widening warps: chunk after chunk, once int8 stage s has
+  // landed and the consumers are done with the float16 stage's previous
+  // chunk, widens the chunk into it (Widen), then releases stage s and
+  // tells the consumers. The end marker is passed on as it is.
+  __device__ void WidenAll() {
+    const int lane = threadIdx.x & 31;
+    for (int64_t c = 0;; ++c) {
+      const int s = static_cast<int>(c % S::kStages);
+      MbarWait(&full[s], (c / S::kStages) & 1);
+      const bool end = hdr[c % S::kHeaders].nseg < 0;
+      const int w = static_cast<int>(c % S::kWide);
+      if (c >= S::kWide) MbarWait(&wempty[w], ((c / S::kWide) - 1) & 1);
+      if (!end) {
+        Widen(s, dsm + w * S::kStageBytes,
+              wide_sc + (c % (S::kWide + 1)) * S::kN);
+      }
+      FenceProxyAsync();
+      __syncwarp();
+      if (lane == 0) {
+        if (!end) MbarArrive(&empty[s]);
+        MbarArrive(&wfull[w]);
+      }
+      if (end) break;
+    }
+  }
+
+  // Widens int8 stage s into the float16 stage `out` (the 128-byte swizzle
+  // layout the copy engine writes for float16 corpora) and copies its
+  // scales to `to`. The widening warps.
+  __device__ void Widen(int s, uint8_t* out, float* to) {
+    constexpr int kPerRow = kDP / 16;  // 16-byte pieces per int8 row
+    // Each thread keeps one piece column c of rows r0, r0 + kRowStep, ...:
+    // its addresses move by constants from pass to pass.
+    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
+    constexpr int kRowStep = S::kWideners / kPerRow;
+    static_assert(S::kN % kRowStep == 0, "whole passes");
+    const int tid = threadIdx.x - (S::kConsumers + 32);
+    const int c = tid % kPerRow;  // k = 16c .. 16c + 15
+    const int r0 = tid / kPerRow;
+    const uint8_t* src = i8sm + s * S::kI8StageBytes + tid * 16;
+    // 16-byte piece j of a float16 row lies in 128-byte line j / 8 of its
+    // part, at slot (j % 8) ^ (r % 8). Pieces 2c and 2c + 1 share a line;
+    // lanes whose line index is odd store the second first, so that the
+    // eight lanes of a store phase hit eight different bank groups.
+    uint8_t* base = out + (c / 4) * S::kHalfStageBytes + r0 * 128;
+    const bool swap = (c / 4) & 1;
+#pragma unroll 4
+    for (int k = 0; k < S::kN / kRowStep; ++k) {
+      const int x = kRowStep % 8 == 0 ? (r0 & 7) : ((r0 + k * kRowStep) & 7);
+      const uint4 v =
+          *reinterpret_cast<const uint4*>(src + k * S::kWideners * 16);
+      uint4 lo, hi;  // k 16c .. 16c + 7 and 16c + 8 .. 16c + 15
+      WidenI8x4(v.x, lo.x, lo.y);
+      WidenI8x4(v.y, lo.z, lo.w);
+      WidenI8x4(v.z, hi.x, hi.y);
+      WidenI8x4(v.w, hi.z, hi.w);
+      uint8_t* line = base + k * kRowStep * 128;
+      const int p0 = ((2 * c) & 7) ^ x, p1 = ((2 * c + 1) & 7) ^ x;
+      *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
+      *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
+    }
+    for (int i = tid; i < S::kN; i += S::kWideners) {
+      to[i] = scsm[s * S::kN + i];
+    }
+  }
+
+  // int8: acc columns times their rows' scales (column j of the chunk is
+  // wide_sc[j]; sc = wide_sc + the pass's first column).
+  template <int kCols>
+  __device__ __forceinline__ static void ScaleCols(float (&acc)[kCols / 2],
+                                                   const float* sc) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
+      const float2 f = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
+      acc[4 * i] *= f.x;
+      acc[4 * i + 1] *= f.y;
+      acc[4 * i + 2] *= f.x;
+      acc[4 * i + 3] *= f.y;
+    }
   }
 
   // One wgmma chain over a tile: all its columns at once, epilogue after.
@@ -532,7 +716,7 @@ struct TmaBlock {
           SmemDescAdvance(a0, (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
       const uint64_t b =
           SmemDescAdvance(b0, (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
-      Wgmma<Tag, kCols>::Run(acc, a, b, kk > 0 ? 1u : 0u);
+      Wgmma<MmaTag, kCols>::Run(acc, a, b, kk > 0 ? 1u : 0u);
     }
     WgmmaCommit();
   }
@@ -541,7 +725,8 @@ struct TmaBlock {
   // quad max, the carry of a document begun in an earlier chunk, then
   // either the carry for the next chunk or the block's 16-row sum.
   __device__ __forceinline__ void Finish(const TmaSeg& sg, int si, float m0,
-                                         float m1, int row, int rb) {
+                                         float m1, int row, int rb, float qs0,
+                                         float qs1) {
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
     m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
@@ -558,6 +743,10 @@ struct TmaBlock {
       carry[row] = m0;
       carry[row + 8] = m1;
     } else if ((sg.flags & kSegSkip) == 0) {
+      if constexpr (kI8) {
+        m0 *= qs0;
+        m1 *= qs1;
+      }
       float v = m0 + m1;
       v += __shfl_xor_sync(0xffffffffu, v, 4);
       v += __shfl_xor_sync(0xffffffffu, v, 8);
@@ -631,7 +820,7 @@ struct TmaBlock {
   // its maxima in pend0 / pend1 (at most one does: segments are ordered),
   // and the call for the next columns folds them in.
   template <int kCols>
-  __device__ __forceinline__ void EpilogueCols(const float (&acc)[kCols / 2],
+  __device__ __forceinline__ void EpilogueCols(float (&acc)[kCols / 2],
                                                const TmaChunkHeader* h, int lt,
                                                int base, float& pend0,
                                                float& pend1) {
@@ -641,6 +830,17 @@ struct TmaBlock {
     const int t = threadIdx.x & 3;
     const int row = lt * S::kTileRows + warp * 16 + ((threadIdx.x & 31) >> 2);
     const int rb = lt * S::kBlocksPerTile + warp;
+    // int8: the cells' scales. Column scales here; a quantised query's
+    // row scales multiply the row maxima (Finish), which equals scaling
+    // every cell since the row scales are positive.
+    float qs0 = 1.f, qs1 = 1.f;
+    if constexpr (kI8) {
+      ScaleCols<kCols>(acc, sc + base);
+      if (p.q_scales != nullptr) {
+        qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
+        qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
+      }
+    }
     const int part_index = base / kTmaPartCols;
     const int s1 = h->part[part_index][1];
     for (int si = h->part[part_index][0]; si < s1; ++si) {
@@ -667,7 +867,7 @@ struct TmaBlock {
         pend1 = m1;
         continue;
       }
-      Finish(sg, si, m0, m1, row, rb);
+      Finish(sg, si, m0, m1, row, rb, qs0, qs1);
     }
   }
 
@@ -684,9 +884,9 @@ struct TmaBlock {
       const TmaSeg sg = h->seg[si];
       if ((sg.flags & (kSegEnds | kSegSkip)) != kSegEnds) continue;
       const int qi = q - qa;
-      const int q0 = qi < kTmaQblkCache ? qblk[qi] : p.query_blocks[q];
+      const int q0 = qi < S::kQblkCache ? qblk[qi] : p.query_blocks[q];
       const int q1 =
-          qi + 1 < kTmaQblkCache ? qblk[qi + 1] : p.query_blocks[q + 1];
+          qi + 1 < S::kQblkCache ? qblk[qi + 1] : p.query_blocks[q + 1];
       const int a = max(q0, b0);
       const int b = min(q1, b1);
       if (a >= b) continue;
@@ -699,15 +899,18 @@ struct TmaBlock {
 };
 
 template <typename Tag, int kDP, int kWG>
-__global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
-                                  kWG == 1 ? 2 : 1)
+__global__ void __launch_bounds__(
+    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>>::kThreads, kWG == 1 ? 2 : 1)
     MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
-  using S = TmaShape<kDP, kWG>;
+  using S = typename TmaBlock<Tag, kDP, kWG>::S;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
   TmaBlock<Tag, kDP, kWG> b{p};
   b.qsm = smem + S::kQOff;
   b.dsm = smem + S::kDocOff;
+  b.i8sm = smem + S::kI8Off;
+  b.scsm = reinterpret_cast<float*>(smem + S::kScOff);
+  b.wide_sc = reinterpret_cast<float*>(smem + S::kWideScOff);
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
   b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
   b.part_base = reinterpret_cast<float*>(smem + S::kPartOff);
@@ -717,6 +920,8 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
   b.empty = b.full + S::kStages;
   b.qfull = b.empty + S::kStages;
   b.qempty = b.qfull + kWG * S::kQStages;
+  b.wfull = b.qempty + kWG * S::kQStages;
+  b.wempty = b.wfull + S::kWide;
   b.gather = p.records != nullptr;
   const int32_t g0 = p.tile_begin;
   const int32_t g1 = p.tile_begin + p.num_tiles;
@@ -734,14 +939,20 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
   {
     const int qa = b.gather ? b.query : p.q_begin;
     const int nq = b.gather ? 1 : p.q_end - p.q_begin;
-    for (int i = threadIdx.x; i <= nq && i < kTmaQblkCache; i += blockDim.x) {
+    for (int i = threadIdx.x; i <= nq && i < S::kQblkCache; i += blockDim.x) {
       b.qblk[i] = p.query_blocks[qa + i];
     }
   }
   if (threadIdx.x == 0) {
     for (int i = 0; i < S::kStages; ++i) {
       MbarInit(&b.full[i], 1);
-      MbarInit(&b.empty[i], 4 * kWG);
+      MbarInit(&b.empty[i], S::kI8 ? S::kWideners / 32 : 4 * kWG);
+    }
+    if constexpr (S::kI8) {
+      for (int i = 0; i < S::kWide; ++i) {
+        MbarInit(&b.wfull[i], S::kWideners / 32);
+        MbarInit(&b.wempty[i], 4 * kWG);
+      }
     }
     for (int i = 0; i < kWG * S::kQStages; ++i) {
       MbarInit(&b.qfull[i], 1);
@@ -750,7 +961,9 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
     FenceBarrierInit();
   }
   __syncthreads();
-  if (threadIdx.x >= S::kConsumers) {
+  if (threadIdx.x >= S::kConsumers + 32) {
+    if constexpr (S::kI8) b.WidenAll();
+  } else if (threadIdx.x >= S::kConsumers) {
     b.Produce(blockIdx.x);
   } else {
     b.Consume();
@@ -759,7 +972,7 @@ __global__ void __launch_bounds__(TmaShape<kDP, kWG>::kThreads,
 
 template <typename Tag, int kDP, int kWG>
 absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
-  using S = TmaShape<kDP, kWG>;
+  using S = typename TmaBlock<Tag, kDP, kWG>::S;
   const int64_t units =
       p.records != nullptr
           ? p.num_units

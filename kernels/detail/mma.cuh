@@ -29,6 +29,12 @@ struct Fp16 {
 struct Bf16 {
   using Storage = __nv_bfloat16;
 };
+// An int8 corpus (layout int8): tokens are int8 with an fp32 scale per
+// row; the TMA kernel widens them to float16 in shared memory and runs the
+// float16 MMA (queries float16), applying the scales per output cell.
+struct Int8 {
+  using Storage = int8_t;
+};
 
 // c += a * b for one 16x8x16 tile.
 template <typename Tag>

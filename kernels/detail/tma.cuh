@@ -68,6 +68,31 @@ __device__ __forceinline__ void TmaLoad2D(void* dst, const void* map,
       : "memory");
 }
 
+// cp.async of 4 bytes from global to shared memory (both 4-byte aligned).
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src) {
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddr(dst)),
+      "l"(src)
+      : "memory");
+}
+
+// Has the phase of `bar` wait for this thread's cp.async copies issued so
+// far: the pending count goes up by one now and down once they landed. Call
+// before the arrival that could complete the phase.
+__device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* bar) {
+  asm volatile(
+      "cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(SmemAddr(bar))
+      : "memory");
+}
+
+// Orders this thread's earlier generic-proxy writes to shared memory
+// before later async-proxy reads of it (wgmma operands written by threads
+// rather than by the copy engine); a barrier among the writers and the
+// readers follows.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // cp.async.bulk: `bytes` (a multiple of 16) contiguous bytes from global to
 // shared memory, completing on `bar`.
 __device__ __forceinline__ void BulkLoad(void* dst, const void* src,

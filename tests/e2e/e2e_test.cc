@@ -272,7 +272,8 @@ TEST_F(E2eTest, HostPlacedCorpusMatchesTheReference) {
 // Int8 corpora through maxsimctl: created with --layout int8 (and
 // --quantize-queries), filled by `add`, described by `get` and `list`, and
 // ranked like the reference over the quantised files in a scan and a
-// rerank. A GPU server refuses the layout (no int8 kernel yet).
+// rerank. A GPU server's int8 kernel takes dim 64, 128 or 256: it refuses
+// the layout at another width.
 TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
   const std::string d = dir_.string();
   // Usage errors, caught before any call.
@@ -288,11 +289,10 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
       RunCommand(Ctl("create --name x --dim 64 --layout plaid 2>&1")).first, 2);
   if (::maxsimd::testing::OnGpu()) {
     auto [rc, out] =
-        RunCommand(Ctl("create --name q8 --dim 64 --layout int8 2>&1"));
+        RunCommand(Ctl("create --name q80 --dim 80 --layout int8 2>&1"));
     EXPECT_EQ(rc, 1) << out;
     EXPECT_NE(out.find("UNIMPLEMENTED"), std::string::npos) << out;
     EXPECT_NE(out.find("layout"), std::string::npos) << out;
-    return;
   }
   auto [rc, out] = RunCommand(Ctl(
       absl::StrCat("generate --out ", d,
@@ -352,16 +352,15 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
       << out;
 
   // Imports by the server quantise too: the same files rank the same, and
-  // a PLAID index decompressed into an int8 corpus finds its document.
+  // a PLAID index decompressed into an int8 corpus finds its document (on
+  // the CPU: the index is 16 wide, a width the GPU's int8 kernel lacks).
   auto server = ::maxsimd::testing::ServerProcess::Start(
       {absl::StrCat("--files_dir=", d)});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string ctl = CtlFor((*server)->target(), "");
-  for (const char* create : {"create --name imp --dim 64 --layout int8",
-                             "create --name pl8 --dim 16 --layout int8"}) {
-    std::tie(rc, out) = RunCommand(ctl + create);
-    ASSERT_EQ(rc, 0) << out;
-  }
+  std::tie(rc, out) =
+      RunCommand(ctl + "create --name imp --dim 64 --layout int8");
+  ASSERT_EQ(rc, 0) << out;
   std::tie(rc, out) = RunCommand(
       ctl +
       "import --corpus imp --tokens tokens.npy --cu-seqlens cu_seqlens.npy "
@@ -373,6 +372,10 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
   ASSERT_EQ(rc, 0) << out;
   ExpectSame(ParseResults(out),
              Reference(dir_, query, 64, 15, {}, {}, true, false));
+  if (::maxsimd::testing::OnGpu()) return;
+  std::tie(rc, out) =
+      RunCommand(ctl + "create --name pl8 --dim 16 --layout int8");
+  ASSERT_EQ(rc, 0) << out;
   const std::string data = MAXSIMD_PLAID_TESTDATA;
   std::filesystem::copy(data + "/fast_plaid", dir_ / "fp",
                         std::filesystem::copy_options::recursive);

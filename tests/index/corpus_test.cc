@@ -334,13 +334,13 @@ TEST_F(CorpusTest, AppendRefusesScalesThatDoNotFitTheTokens) {
   EXPECT_EQ(corpus->Snapshot()->live_docs(), 0);
 }
 
-// A backend without the int8 kernel (the GPU backend, for now) refuses an
+// A backend without the int8 kernel (the GPU backend before sm_90) refuses an
 // int8 corpus when it is created or loaded, naming `layout`, and a
 // registry with a data directory leaves nothing of it on disk.
 TEST_F(CorpusTest, Int8CorpusIsRefusedByABackendWithoutTheKernel) {
-  testing::DenseOnlyBackend dense_only;
-  EXPECT_FALSE(dense_only.SupportsDType(DType::kInt8));
-  EXPECT_TRUE(dense_only.SupportsDType(DType::kBFloat16));
+  testing::LimitedBackend dense_only(false);
+  EXPECT_FALSE(dense_only.SupportsDType(DType::kInt8, 16));
+  EXPECT_TRUE(dense_only.SupportsDType(DType::kBFloat16, 16));
   config_.layout = Layout::kInt8;
   config_.storage_dtype = DType::kInt8;
   EXPECT_THAT(CheckBackendServes(config_, *backend_), IsOk());
@@ -381,6 +381,42 @@ TEST_F(CorpusTest, Int8CorpusIsRefusedByABackendWithoutTheKernel) {
   ASSERT_THAT(reg.Get("c"), IsOk());
   EXPECT_EQ(reg.Get("c").value()->Snapshot()->live_docs(), 2);
   EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+}
+
+// A backend that scores int8 but streams only dense corpora from host
+// memory (the GPU backend) refuses an int8 corpus placed on the host,
+// naming `placement`; placement auto keeps it resident past the corpus
+// budget (RESOURCE_EXHAUSTED, the corpus unchanged) rather than fall back,
+// while a dense corpus on the same backend does fall back.
+TEST_F(CorpusTest, Int8CorpusStaysOffTheHostOfABackendThatCannotStreamIt) {
+  testing::LimitedBackend backend(true, /*corpus_budget=*/4096);
+  config_.layout = Layout::kInt8;
+  config_.storage_dtype = DType::kInt8;
+  config_.placement = Placement::kHost;
+  EXPECT_THAT(
+      Corpus::Create(config_, limits_, &backend),
+      StatusIs(absl::StatusCode::kUnimplemented,
+               HasSubstr("placement: PLACEMENT_HOST needs a backend that "
+                         "streams int8 tokens")));
+  config_.placement = Placement::kAuto;
+  auto int8 = Corpus::Create(config_, limits_, &backend);
+  ASSERT_THAT(int8, IsOk());
+  ASSERT_THAT((*int8)->Append(Docs("a", 2, 3)), IsOk());
+  EXPECT_THAT((*int8)->Append(Docs("b", 200, 8)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--corpus_budget_bytes")));
+  EXPECT_EQ((*int8)->Snapshot()->live_docs(), 2);
+  EXPECT_EQ((*int8)->Snapshot()->streamed_bytes(), 0);
+
+  CorpusConfig dense = config_;
+  dense.name = "d";
+  dense.layout = Layout::kDense;
+  dense.storage_dtype = DType::kFloat16;
+  auto d = Corpus::Create(dense, limits_, &backend);
+  ASSERT_THAT(d, IsOk());
+  config_ = dense;  // Docs() builds documents of config_'s dtype
+  ASSERT_THAT((*d)->Append(Docs("b", 200, 8)), IsOk());
+  EXPECT_GT((*d)->Snapshot()->streamed_bytes(), 0);
 }
 
 // Per-token int8 keeps the ranking: on a clustered synthetic corpus, the

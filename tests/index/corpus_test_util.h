@@ -37,14 +37,25 @@ inline std::unique_ptr<Backend> TestBackend(bool gpu, int64_t corpus_budget = 0,
   return CpuBackend::Create(o).value();
 }
 
-// A CPU backend that scores only what every backend scores (the dense
-// dtypes: Backend::SupportsDType's default), as a backend without the int8
-// kernel does. Its Search() is the CPU backend's; callers that ask first
-// never send it an int8 segment.
-class DenseOnlyBackend final : public Backend {
+// A CPU backend limited as a GPU backend can be. Without int8 it scores
+// only what every backend scores (the dense dtypes: Backend::SupportsDType's
+// default), as a backend without the int8 kernel does; with int8 it scores
+// int8 but streams only dense corpora from host memory, as the GPU backend
+// does. Its Search() is the CPU backend's; callers that ask first never
+// send it what it refuses.
+class LimitedBackend final : public Backend {
  public:
-  DenseOnlyBackend() : cpu_(CpuBackend::Create({}).value()) {}
-  std::string name() const override { return "dense-only"; }
+  explicit LimitedBackend(bool int8, int64_t corpus_budget = 0)
+      : int8_(int8), cpu_(TestBackend(false, corpus_budget)) {}
+  std::string name() const override {
+    return int8_ ? "int8-resident-only" : "dense-only";
+  }
+  bool SupportsDType(DType dtype, int32_t dim) const override {
+    return int8_ || Backend::SupportsDType(dtype, dim);
+  }
+  bool StreamsDType(DType dtype) const override {
+    return dtype != DType::kInt8;
+  }
   const BackendLimits& limits() const override { return cpu_->limits(); }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
       const void* host, size_t bytes) override {
@@ -62,7 +73,8 @@ class DenseOnlyBackend final : public Backend {
   bool healthy() const override { return true; }
 
  private:
-  std::unique_ptr<CpuBackend> cpu_;
+  bool int8_;
+  std::unique_ptr<Backend> cpu_;
 };
 
 // `n` synthetic documents of 1..max_tokens rows of config.dim as segment

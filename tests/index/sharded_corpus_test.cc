@@ -225,19 +225,20 @@ TEST_P(ShardedCorpusTest, HostPlacedShardsMatchOneResidentBackend) {
   }
 }
 
-// An int8 corpus split over CPU shards ranks like one CPU backend, in both
-// query modes; a GPU backend (no int8 kernel yet) refuses to hold one.
+// An int8 corpus split over shards ranks like one backend of the same
+// kind, in both query modes. The GPU backend's int8 kernel needs the TMA
+// kernels (sm_90): on a GPU without them the corpus is refused.
 TEST_P(ShardedCorpusTest, Int8CorpusMatchesOneBackendOrIsRefused) {
   config_.layout = Layout::kInt8;
   config_.storage_dtype = DType::kInt8;
-  if (GetParam()) {
-    EXPECT_FALSE(sharded_backend_->SupportsDType(DType::kInt8));
+  if (GetParam() && !single_backend_->SupportsDType(DType::kInt8, kDim)) {
+    EXPECT_FALSE(sharded_backend_->SupportsDType(DType::kInt8, kDim));
     EXPECT_THAT(Corpus::Create(config_, {}, sharded_backend_.get()),
                 StatusIs(absl::StatusCode::kUnimplemented,
                          HasSubstr("layout: LAYOUT_INT8")));
     return;
   }
-  EXPECT_TRUE(sharded_backend_->SupportsDType(DType::kInt8));
+  EXPECT_TRUE(sharded_backend_->SupportsDType(DType::kInt8, kDim));
   single_ = Corpus::Create(config_, {}, single_backend_.get()).value();
   sharded_ = Corpus::Create(config_, {}, sharded_backend_.get()).value();
   std::mt19937_64 rng(testing::TestSeed());
@@ -325,10 +326,10 @@ TEST(ShardedBackendTest, SearchRejectsAShardOutOfRange) {
 TEST(ShardedBackendTest, Int8NeedsEveryShardToScoreIt) {
   std::vector<std::unique_ptr<Backend>> children;
   children.push_back(TestBackend(false));
-  children.push_back(std::make_unique<testing::DenseOnlyBackend>());
+  children.push_back(std::make_unique<testing::LimitedBackend>(false));
   auto backend = ShardedBackend::Create(std::move(children), 1).value();
-  EXPECT_FALSE(backend->SupportsDType(DType::kInt8));
-  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16));
+  EXPECT_FALSE(backend->SupportsDType(DType::kInt8, kDim));
+  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16, kDim));
   CorpusConfig config;
   config.name = "q8";
   config.dim = kDim;

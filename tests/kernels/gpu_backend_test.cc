@@ -76,28 +76,34 @@ TEST(GpuBackendTest, CorpusBudgetRefusesUploadsPastItAndFreesOnRelease) {
   EXPECT_TRUE(backend->Upload(host.data(), host.size()).ok());
 }
 
-// The int8 layout has no GPU kernel yet: the backend says so when asked,
-// and a search over an int8 segment is UNIMPLEMENTED, naming the layout,
-// with the backend left healthy.
-TEST(GpuBackendTest, Int8SegmentsAreUnimplemented) {
+// The int8 kernel takes the TMA path at the widths it widens whole (64,
+// 128, 256): the backend says so when asked, and a search over an int8
+// segment of another width is UNIMPLEMENTED, naming the layout and the
+// width, with the backend left healthy. gpu_int8_test checks the scores.
+TEST(GpuBackendTest, Int8SegmentsOfOtherWidthsAreUnimplemented) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   auto backend = MakeGpuBackend();
   ASSERT_NE(backend, nullptr);
-  EXPECT_FALSE(backend->SupportsDType(DType::kInt8));
-  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16));
-  EXPECT_TRUE(backend->SupportsDType(DType::kBFloat16));
+  const bool tma = ::maxsimd::testing::TestOptions().use_tma;
+  for (int32_t dim : {64, 128, 256}) {
+    EXPECT_EQ(backend->SupportsDType(DType::kInt8, dim), tma) << dim;
+  }
+  EXPECT_FALSE(backend->SupportsDType(DType::kInt8, 80));
+  EXPECT_FALSE(backend->SupportsDType(DType::kInt8, 512));
+  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16, 80));
+  EXPECT_TRUE(backend->SupportsDType(DType::kBFloat16, 80));
   std::mt19937_64 rng(1);
-  HostSegment seg = RandomSegment(rng, 10, 1, 5, 64, DType::kInt8, 0);
+  HostSegment seg = RandomSegment(rng, 10, 1, 5, 80, DType::kInt8, 0);
   DeviceSegment d = Upload(*backend, seg);
   Batch batch;
-  batch.dim = 64;
+  batch.dim = 80;
   batch.refs = {d.ref};
-  batch.AddQuery(RandomQuery(rng, 3, 64), 10);
+  batch.AddQuery(RandomQuery(rng, 3, 80), 10);
   std::vector<std::vector<ScoredDoc>> out(1);
-  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       ::testing::HasSubstr(
-                           "segments[0] is layout int8: the GPU kernel")));
+  EXPECT_THAT(
+      backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
+      StatusIs(absl::StatusCode::kUnimplemented,
+               ::testing::HasSubstr("segments[0] is layout int8 of dim 80")));
   EXPECT_TRUE(backend->healthy());
 }
 

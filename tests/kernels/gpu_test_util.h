@@ -3,8 +3,11 @@
 //
 // The GPU backend rounds fp32 queries to the corpus dtype before the tensor
 // cores see them, so the oracle is run on queries rounded the same way: that
-// is the exact function the kernels compute. Separately, scores are checked
-// against the unrounded fp32 oracle (ExpectCloseToFp32Reference).
+// is the exact function the kernels compute. Int8 corpora are the exception:
+// the oracle itself rounds the queries to fp16 or quantises them, as
+// SearchParams::quantize_queries says (backend.h's int8 formulas), so it is
+// given the unrounded queries. Separately, scores are checked against the
+// unrounded fp32 oracle (ExpectCloseToFp32Reference).
 #ifndef MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 #define MAXSIMD_TESTS_KERNELS_GPU_TEST_UTIL_H_
 
@@ -61,13 +64,16 @@ inline Backend& SharedGpuBackend() {
 }
 
 // A host segment and its device copy; the SegmentRef pairs the two views.
+// `scales` is set for int8 segments only.
 struct DeviceSegment {
-  std::unique_ptr<ResidentBuffer> tokens, cu_seqlens, tombstones;
+  std::unique_ptr<ResidentBuffer> tokens, scales, cu_seqlens, tombstones;
   SegmentRef ref;
 };
 
 // The device copy of `s`; with `streamed`, the tokens stay in s's host
-// memory, pinned (Backend::Pin), and the search streams them.
+// memory, pinned (Backend::Pin), and the search streams them. An int8
+// segment's scales are uploaded either way: like cu_seqlens they are per-row
+// metadata, a fraction of the tokens' bytes.
 inline DeviceSegment Upload(Backend& backend, const HostSegment& s,
                             bool streamed = false) {
   DeviceSegment d;
@@ -83,6 +89,12 @@ inline DeviceSegment Upload(Backend& backend, const HostSegment& s,
   SegmentView res = host;
   res.tokens = d.tokens->data();
   res.cu_seqlens = static_cast<const int64_t*>(d.cu_seqlens->data());
+  res.scales = nullptr;
+  if (host.dtype == DType::kInt8) {
+    d.scales = backend.Upload(s.scales.data(), s.scales.size() * sizeof(float))
+                   .value();
+    res.scales = static_cast<const float*>(d.scales->data());
+  }
   res.tombstones = nullptr;
   if (!s.tombstones.empty()) {
     d.tombstones =
@@ -111,6 +123,7 @@ inline void AddCandidates(std::mt19937_64& rng, Batch& batch, int64_t n_a,
 }
 
 // `tokens` rounded to `dtype` and back: what the GPU multiplies.
+// REQUIRES: dtype is kFloat16 or kBFloat16 (the 16-bit staging buffer).
 inline std::vector<float> RoundTo(const std::vector<float>& tokens,
                                   DType dtype) {
   std::vector<uint16_t> half(tokens.size());
@@ -131,14 +144,24 @@ inline std::vector<std::vector<ScoredDoc>> GpuSearch(Backend& backend,
   return got;
 }
 
-// The GPU ranking against the oracle on dtype-rounded queries.
+// The oracle's ranking of `batch` on the queries the GPU scores: rounded
+// to a dense corpus's `dtype`; for kInt8, the fp32 queries, which the
+// oracle rounds to fp16 or quantises itself (batch.quantize_queries).
+inline std::vector<std::vector<ScoredDoc>> GpuReferenceSearch(
+    const Batch& batch, DType dtype) {
+  if (dtype == DType::kInt8) return ReferenceSearch(batch.Params());
+  Batch rounded = batch;
+  rounded.tokens = RoundTo(batch.tokens, dtype);
+  return ReferenceSearch(rounded.Params());
+}
+
+// The GPU ranking against the oracle on the queries the GPU scores
+// (GpuReferenceSearch). `dtype` is the segments' dtype.
 inline void ExpectMatchesReference(Backend& backend, const Batch& batch,
                                    DType dtype, double tol = 1e-3) {
   const SearchParams p = batch.Params();
   const auto got = GpuSearch(backend, p);
-  Batch rounded = batch;
-  rounded.tokens = RoundTo(batch.tokens, dtype);
-  const auto want = ReferenceSearch(rounded.Params());
+  const auto want = GpuReferenceSearch(batch, dtype);
   for (int32_t q = 0; q < p.num_queries; ++q) {
     EXPECT_EQ(CompareRanking(got[q], want[q], tol), "")
         << "query " << q << " of " << p.num_queries;

@@ -258,7 +258,7 @@ TEST(CpuBackendTest, Int8ScanAndRerankMatchReferenceInBothQueryModes) {
 //   {1 + 2^-12, 0}: rounds to fp16 1.0, so the fp16 mode's best cell is
 //     0.5 * 127 = 63.5 exactly, where the unrounded value would give
 //     63.5155; quantised, its scale is (1 + 2^-12) / 127 and its codes
-//     {127, 0}, so the cell is (scale * 0.5) * 127 = 63.5155.
+//     {127, 0}, so the cell is scale * (0.5 * 16129) = 63.5155.
 TEST(CpuBackendTest, Int8ScoresFollowTheStatedFormulas) {
   HostSegment seg;
   seg.dim = 2;
@@ -278,7 +278,7 @@ TEST(CpuBackendTest, Int8ScoresFollowTheStatedFormulas) {
     MAXSIMD_ASSERT_OK(
         MakeBackend()->Search(batch.Params(), absl::MakeSpan(got), nullptr));
     ASSERT_EQ(got[0].size(), 1u);
-    const float third = quantize ? (odd / 127.f * 0.5f) * 16129.f : 63.5f;
+    const float third = quantize ? odd / 127.f * (0.5f * 16129.f) : 63.5f;
     EXPECT_EQ(got[0][0].score, 8160.5f + third) << "quantize " << quantize;
     EXPECT_NEAR(ReferenceScore(query.data(), 3, seg.View(), 0, quantize),
                 8160.5 + (quantize ? 63.5 * odd : 63.5), 1e-3);
@@ -300,7 +300,7 @@ TEST(CpuBackendTest, Int8SegmentWithoutScalesIsRefused) {
       MakeBackend()->Search(batch.Params(), absl::MakeSpan(got), nullptr),
       StatusIs(absl::StatusCode::kInvalidArgument,
                ::testing::HasSubstr("segments[0] is int8 and has no scales")));
-  EXPECT_TRUE(MakeBackend()->SupportsDType(DType::kInt8));
+  EXPECT_TRUE(MakeBackend()->SupportsDType(DType::kInt8, 8));
 }
 
 }  // namespace

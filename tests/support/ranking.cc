@@ -87,7 +87,7 @@ uint64_t TestSeed() {
 
 std::string CompareRanking(const std::vector<ScoredDoc>& actual,
                            const std::vector<ScoredDoc>& expected,
-                           double rel_tol) {
+                           double rel_tol, bool repeats) {
   if (actual.size() != expected.size()) {
     return absl::StrCat("size ", actual.size(), " != expected ",
                         expected.size());
@@ -103,7 +103,7 @@ std::string CompareRanking(const std::vector<ScoredDoc>& actual,
                           actual[i].index, ") != expected ", expected[i].score,
                           " (index ", expected[i].index, ")");
     }
-    if (!seen.insert(actual[i].index).second) {
+    if (!seen.insert(actual[i].index).second && !repeats) {
       return absl::StrCat("rank ", i, ": index ", actual[i].index,
                           " appears twice");
     }
@@ -118,7 +118,7 @@ std::string CompareRanking(const std::vector<ScoredDoc>& actual,
       ++end;
     }
     if (end < expected.size()) {
-      std::set<int64_t> want, got;
+      std::multiset<int64_t> want, got;
       for (size_t i = begin; i < end; ++i) {
         want.insert(expected[i].index);
         got.insert(actual[i].index);

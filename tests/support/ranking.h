@@ -53,11 +53,13 @@ uint64_t TestSeed();
 // Compares a ranking against the oracle's. Scores must agree rank by rank
 // within rel_tol (relative to max(1, |expected|)); where scores agree within
 // the tolerance, the documents may come in either order, so the comparison
-// is on the sets of indexes within each run of near-equal scores. Returns an
-// empty string on a match, else a description of the first difference.
+// is on the sets of indexes within each run of near-equal scores. A
+// document may appear twice only with `repeats` (a rerank whose candidate
+// list repeats it: its copies score alike, so they fall in one run). Returns
+// an empty string on a match, else a description of the first difference.
 std::string CompareRanking(const std::vector<ScoredDoc>& actual,
                            const std::vector<ScoredDoc>& expected,
-                           double rel_tol);
+                           double rel_tol, bool repeats = false);
 
 }  // namespace maxsimd::testing
 
