@@ -1,15 +1,4 @@
-// Explicit instantiations of the TMA MaxSim kernel for fp16 corpora, every
-// (padded width, warpgroups) bucket.
+// Explicit instantiations of the TMA MaxSim kernel for float16 corpora.
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-#define MAXSIMD_INSTANTIATE_TMA(DP, WG)                           \
-  template absl::Status                                           \
-  maxsimd::detail::LaunchTmaTyped<maxsimd::detail::Fp16, DP, WG>( \
-      const maxsimd::TmaLaunchParams&, cudaStream_t)
-
-MAXSIMD_INSTANTIATE_TMA(64, 1);
-MAXSIMD_INSTANTIATE_TMA(64, 2);
-MAXSIMD_INSTANTIATE_TMA(128, 1);
-MAXSIMD_INSTANTIATE_TMA(128, 2);
-MAXSIMD_INSTANTIATE_TMA(256, 1);
-MAXSIMD_INSTANTIATE_TMA(256, 2);
+MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::Fp16);

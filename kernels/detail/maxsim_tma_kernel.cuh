@@ -989,4 +989,18 @@ absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
 
 }  // namespace maxsimd::detail
 
+// Explicit instantiations of the launcher for one tag, every (padded width,
+// warpgroups) bucket: one translation unit per tag (maxsim_tma_{fp16,bf16,
+// int8}.cu), so that a 2-core build compiles them in parallel.
+#define MAXSIMD_INSTANTIATE_TMA(TAG, DP, WG)                          \
+  template absl::Status maxsimd::detail::LaunchTmaTyped<TAG, DP, WG>( \
+      const maxsimd::TmaLaunchParams&, cudaStream_t)
+#define MAXSIMD_INSTANTIATE_TMA_TAG(TAG) \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 64, 1);   \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 64, 2);   \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 128, 1);  \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 128, 2);  \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 256, 1);  \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 256, 2)
+
 #endif  // MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
