@@ -75,6 +75,9 @@ struct PlaidCodec {
   int64_t num_centroids = 0;
   std::vector<float> centroids;       // [num_centroids, dim], row-major
   std::vector<float> bucket_weights;  // [1 << nbits]
+  // [(1 << nbits) - 1], ascending: what compressing needs besides the
+  // above (index/plaid_train.h); an imported index has none.
+  std::vector<float> bucket_cutoffs;
 };
 
 // The bucket index of dimension `d` in one packed residual row of
