@@ -70,6 +70,7 @@ service() {
     for t in sharded_corpus_test placement_test service_test e2e_test; do
       if MAXSIMD_E2E_SERVER_BIN=$bundle/bin/maxsimd \
         MAXSIMD_E2E_CTL_BIN=$bundle/bin/maxsimctl MAXSIMD_E2E_BACKEND=gpu \
+        MAXSIMD_PLAID_TESTDATA=$root/tests/data/plaid \
         "$bundle/bin/$t" >"$out/$t.log" 2>&1; then
         :
       else

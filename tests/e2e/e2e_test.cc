@@ -33,6 +33,14 @@
 namespace maxsimd {
 namespace {
 
+// The PLAID fixtures (tests/data/plaid): MAXSIMD_PLAID_TESTDATA in the
+// environment, for a test binary run away from the source tree it was
+// built in (bench/run_gpu.sh service), else the source tree's.
+std::string PlaidTestData() {
+  const char* env = std::getenv("MAXSIMD_PLAID_TESTDATA");
+  return env != nullptr ? env : MAXSIMD_PLAID_TESTDATA;
+}
+
 // Runs a command, returning (exit code, stdout).
 std::pair<int, std::string> RunCommand(const std::string& cmd) {
   std::string out;
@@ -376,7 +384,7 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
   std::tie(rc, out) =
       RunCommand(ctl + "create --name pl8 --dim 16 --layout int8");
   ASSERT_EQ(rc, 0) << out;
-  const std::string data = MAXSIMD_PLAID_TESTDATA;
+  const std::string data = PlaidTestData();
   std::filesystem::copy(data + "/fast_plaid", dir_ / "fp",
                         std::filesystem::copy_options::recursive);
   std::tie(rc, out) = RunCommand(ctl + "import --corpus pl8 --plaid fp");
@@ -499,7 +507,7 @@ TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
 // the same; a query of document 2's own tokens finds it first.
 TEST_F(E2eTest, MaxsimctlImportsPlaidIndexes) {
   const std::string d = dir_.string();
-  const std::string data = MAXSIMD_PLAID_TESTDATA;
+  const std::string data = PlaidTestData();
   std::filesystem::copy(data + "/fast_plaid", dir_ / "fp",
                         std::filesystem::copy_options::recursive);
   std::ofstream(dir_ / "pids.txt") << "p0\np1\np2\np3\np4\n";
