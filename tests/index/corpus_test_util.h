@@ -13,6 +13,7 @@
 #include "index/synthetic.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/maxsim_cpu.h"
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd::testing {
@@ -43,10 +44,10 @@ inline std::unique_ptr<Backend> TestBackend(bool gpu, int64_t corpus_budget = 0,
 // int8 but streams only dense corpora from host memory, as the GPU backend
 // does. Its Search() is the CPU backend's; callers that ask first never
 // send it what it refuses.
-class LimitedBackend final : public Backend {
+class LimitedBackend final : public ForwardingBackend {
  public:
   explicit LimitedBackend(bool int8, int64_t corpus_budget = 0)
-      : int8_(int8), cpu_(TestBackend(false, corpus_budget)) {}
+      : ForwardingBackend(TestBackend(false, corpus_budget)), int8_(int8) {}
   std::string name() const override {
     return int8_ ? "int8-resident-only" : "dense-only";
   }
@@ -56,25 +57,9 @@ class LimitedBackend final : public Backend {
   bool StreamsDType(DType dtype) const override {
     return dtype != DType::kInt8;
   }
-  const BackendLimits& limits() const override { return cpu_->limits(); }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
-      const void* host, size_t bytes) override {
-    return cpu_->Upload(host, bytes);
-  }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
-                                                      size_t bytes) override {
-    return cpu_->Pin(host, bytes);
-  }
-  absl::Status Search(const SearchParams& params,
-                      absl::Span<std::vector<ScoredDoc>> results,
-                      SearchTiming* timing) override {
-    return cpu_->Search(params, results, timing);
-  }
-  bool healthy() const override { return true; }
 
  private:
   bool int8_;
-  std::unique_ptr<Backend> cpu_;
 };
 
 // `n` synthetic documents of 1..max_tokens rows of config.dim as segment

@@ -14,6 +14,7 @@
 #include "index/registry.h"
 #include "kernels/maxsim_cpu.h"
 #include "server/server.h"
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/http.h"
 #include "tests/support/status_matchers.h"
 
@@ -27,25 +28,15 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 // A CPU backend whose uploads wait for `release` and whose health a test
 // sets.
-class ControlledBackend final : public Backend {
+class ControlledBackend final : public testing::ForwardingBackend {
  public:
-  ControlledBackend() : inner_(CpuBackend::Create({}).value()) {}
+  ControlledBackend() : ForwardingBackend(CpuBackend::Create({}).value()) {}
   std::string name() const override { return "controlled"; }
-  const BackendLimits& limits() const override { return inner_->limits(); }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
       const void* host, size_t bytes) override {
     if (!upload_seen_.exchange(true)) uploading.Notify();
     release.WaitForNotification();
-    return inner_->Upload(host, bytes);
-  }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* host,
-                                                      size_t bytes) override {
-    return inner_->Pin(host, bytes);
-  }
-  absl::Status Search(const SearchParams& params,
-                      absl::Span<std::vector<ScoredDoc>> results,
-                      SearchTiming* timing) override {
-    return inner_->Search(params, results, timing);
+    return ForwardingBackend::Upload(host, bytes);
   }
   bool healthy() const override { return healthy_flag.load(); }
   std::vector<DeviceMemory> Memory() const override {
@@ -63,7 +54,6 @@ class ControlledBackend final : public Backend {
   std::atomic<bool> healthy_flag{true};
 
  private:
-  std::unique_ptr<CpuBackend> inner_;
   std::atomic<bool> upload_seen_{false};
 };
 

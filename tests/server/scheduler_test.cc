@@ -17,6 +17,7 @@
 #include "prometheus/registry.h"
 #include "server/metrics.h"
 #include "tests/support/fake_clock.h"
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -35,7 +36,7 @@ constexpr absl::Duration kGuard = absl::Seconds(30);
 
 // Wraps the CPU backend. Each Search() waits while the gate is shut, then
 // records the batch it ran.
-class TestBackend final : public Backend {
+class TestBackend final : public testing::ForwardingBackend {
  public:
   struct Call {
     int32_t num_queries = 0;
@@ -44,17 +45,8 @@ class TestBackend final : public Backend {
     std::vector<int32_t> top_k;
   };
 
-  TestBackend() : cpu_(CpuBackend::Create({}).value()) {}
+  TestBackend() : ForwardingBackend(CpuBackend::Create({}).value()) {}
   std::string name() const override { return "test"; }
-  const BackendLimits& limits() const override { return cpu_->limits(); }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* h,
-                                                         size_t n) override {
-    return cpu_->Upload(h, n);
-  }
-  absl::StatusOr<std::unique_ptr<ResidentBuffer>> Pin(const void* h,
-                                                      size_t n) override {
-    return cpu_->Pin(h, n);
-  }
   absl::Status Search(const SearchParams& p,
                       absl::Span<std::vector<ScoredDoc>> r,
                       SearchTiming* t) override {
@@ -69,9 +61,8 @@ class TestBackend final : public Backend {
       c.top_k.assign(p.top_k, p.top_k + p.num_queries);
       calls_.push_back(std::move(c));
     }
-    return cpu_->Search(p, r, t);
+    return ForwardingBackend::Search(p, r, t);
   }
-  bool healthy() const override { return true; }
 
   void Open() {
     absl::MutexLock lock(&mu_);
@@ -114,7 +105,6 @@ class TestBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<CpuBackend> cpu_;
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   int entered_ ABSL_GUARDED_BY(mu_) = 0;
