@@ -205,6 +205,8 @@ const char* DTypeLabel(v1::DType t) {
       return "bfloat16";
     case v1::DTYPE_INT8:
       return "int8";
+    case v1::DTYPE_PLAID:
+      return "plaid";
     default:
       return "unspecified";
   }

@@ -19,7 +19,6 @@ namespace {
 
 constexpr int64_t kMaxChunks = 1 << 20;
 constexpr int64_t kMaxDim = 1 << 16;
-constexpr float kNormEpsilon = 1e-12f;
 
 std::string Join(const std::string& dir, absl::string_view file) {
   return absl::StrCat(dir, "/", file);
@@ -300,33 +299,13 @@ absl::StatusOr<PlaidWriter> DetectPlaidWriter(const std::string& dir) {
   return pt ? PlaidWriter::kColbert : PlaidWriter::kFastPlaid;
 }
 
-int PlaidResidualBucket(const uint8_t* row, int nbits, int d) {
-  const int per_byte = 8 / nbits;
-  const int byte = row[d / per_byte];
-  const int top = 7 - (d % per_byte) * nbits;  // the group's highest bit
-  int bucket = 0;
-  for (int t = 0; t < nbits; ++t) bucket |= ((byte >> (top - t)) & 1) << t;
-  return bucket;
-}
-
 absl::Status DecompressPlaidEmbeddings(const PlaidCodec& codec,
                                        const std::vector<int64_t>& codes,
                                        const uint8_t* residuals, float* out,
                                        absl::string_view codes_name) {
   const int dim = codec.dim;
-  const int nbits = codec.nbits;
-  const int per_byte = 8 / nbits;
-  const int64_t row_bytes = static_cast<int64_t>(dim) * nbits / 8;
-  // The residual of every group of every byte value, so that a row decodes
-  // with one lookup per byte.
-  std::vector<float> table(256 * per_byte);
-  for (int b = 0; b < 256; ++b) {
-    const uint8_t byte = static_cast<uint8_t>(b);
-    for (int s = 0; s < per_byte; ++s) {
-      table[b * per_byte + s] =
-          codec.bucket_weights[PlaidResidualBucket(&byte, nbits, s)];
-    }
-  }
+  const int64_t row_bytes = static_cast<int64_t>(dim) * codec.nbits / 8;
+  const PlaidRowDecoder decoder(codec.bucket_weights.data(), codec.nbits, dim);
   for (size_t i = 0; i < codes.size(); ++i) {
     const int64_t code = codes[i];
     if (code < 0 || code >= codec.num_centroids) {
@@ -335,20 +314,10 @@ absl::Status DecompressPlaidEmbeddings(const PlaidCodec& codec,
                        " is outside the ", codec.num_centroids,
                        " centroids [0, ", codec.num_centroids, ")"));
     }
-    const float* centroid = codec.centroids.data() + code * dim;
-    const uint8_t* row = residuals + static_cast<int64_t>(i) * row_bytes;
     float* v = out + static_cast<int64_t>(i) * dim;
-    for (int64_t j = 0; j < row_bytes; ++j) {
-      const float* r = &table[row[j] * per_byte];
-      for (int s = 0; s < per_byte; ++s) {
-        const int64_t d = j * per_byte + s;
-        v[d] = centroid[d] + r[s];
-      }
-    }
-    double sum = 0;
-    for (int d = 0; d < dim; ++d) sum += static_cast<double>(v[d]) * v[d];
-    const float scale =
-        1.0f / std::max(static_cast<float>(std::sqrt(sum)), kNormEpsilon);
+    decoder.Decode(codec.centroids.data() + code * dim,
+                   residuals + static_cast<int64_t>(i) * row_bytes, v);
+    const float scale = PlaidInverseNorm(v, dim);
     for (int d = 0; d < dim; ++d) v[d] *= scale;
   }
   return absl::OkStatus();

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "index/importers.h"
+#include "kernels/plaid_bits.h"  // PlaidResidualBucket
 
 namespace maxsimd {
 
@@ -79,15 +80,6 @@ struct PlaidCodec {
   // above (index/plaid_train.h); an imported index has none.
   std::vector<float> bucket_cutoffs;
 };
-
-// The bucket index of dimension `d` in one packed residual row of
-// dim * nbits / 8 bytes. Dimension d lives in byte d / (8 / nbits), in the
-// nbits-bit group at position d % (8 / nbits) counted from the byte's most
-// significant end; within the group the index is stored bit-reversed
-// (its least significant bit in the group's most significant position).
-// This is what unpacking torch.bucketize(...)'s bits, least significant
-// first, with numpy.packbits (bitorder "big") writes, in both writers.
-int PlaidResidualBucket(const uint8_t* row, int nbits, int d);
 
 // Decompresses `n` embeddings into out[n * dim] (see the top of this file).
 // DATA_LOSS naming `codes_name` for a code outside [0, num_centroids).

@@ -270,6 +270,7 @@ absl::StatusOr<DType> StoredDType(uint32_t v, const Cursor& c) {
   if (v == 1) return DType::kFloat16;
   if (v == 2) return DType::kBFloat16;
   if (v == 3) return DType::kInt8;
+  if (v >= 4 && v <= 7) return PlaidDType(1 << (v - 4));
   return c.Malformed(absl::StrCat("has storage dtype ", v));
 }
 
@@ -280,6 +281,14 @@ uint32_t StoredDTypeCode(DType d) {
       return 2;
     case DType::kInt8:
       return 3;
+    case DType::kPlaid1:
+      return 4;
+    case DType::kPlaid2:
+      return 5;
+    case DType::kPlaid4:
+      return 6;
+    case DType::kPlaid8:
+      return 7;
     case DType::kFloat16:
     case DType::kFloat32:  // never stored; a corpus config refuses it
       break;

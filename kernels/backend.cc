@@ -55,6 +55,17 @@ absl::Status ValidateSearchParams(const SearchParams& p,
       return absl::InvalidArgumentError(
           absl::StrCat("Search: segments[", s, "] is int8 and has no scales"));
     }
+    if (PlaidNbits(v.dtype) != 0 && v.num_tokens > 0) {
+      for (const SegmentView* x : {&v, &p.segments[s].resident}) {
+        if (x->scales == nullptr || x->codes == nullptr ||
+            x->plaid.bucket_weights == nullptr ||
+            x->plaid.centroids == nullptr || x->plaid.num_centroids <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Search: segments[", s,
+              "] is PLAID and lacks its scales, codes or codec"));
+        }
+      }
+    }
   }
   if (p.candidate_offsets != nullptr && p.num_queries > 0) {
     const int64_t total = p.candidate_offsets[p.num_queries];

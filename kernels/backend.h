@@ -83,6 +83,15 @@ struct SegmentRef {
 // row's maximum: scaling by a non-negative number preserves the order, so
 // the result is the same. Dense segments ignore quantize_queries.
 //
+// PLAID segments (a PLAID dtype, with codes, scales and a codec; see
+// PlaidTablesView) score query row i against token row j as
+//
+//   scales[j] * sum_k q[i,k] * v_j[k]
+//
+// with v_j decoded in fp32 (kernels/plaid_bits.h) and the sum in fp32. A
+// GPU kernel may round q and v_j to float16 for its MMAs (within the
+// tolerance of its tests). They ignore quantize_queries.
+//
 // Candidate lists: query i's candidates are
 // candidates[candidate_offsets[i] .. candidate_offsets[i + 1]). Each pair is
 // scored as given: a duplicate is scored (and may be returned) twice, so the

@@ -15,8 +15,21 @@ const char* DTypeName(DType t) {
       return "bfloat16";
     case DType::kInt8:
       return "int8";
+    case DType::kPlaid1:
+      return "plaid1";
+    case DType::kPlaid2:
+      return "plaid2";
+    case DType::kPlaid4:
+      return "plaid4";
+    case DType::kPlaid8:
+      return "plaid8";
   }
   return "unknown";
+}
+
+const char* LayoutOfDType(DType t) {
+  if (t == DType::kInt8) return "int8";
+  return PlaidNbits(t) != 0 ? "plaid" : "dense";
 }
 
 void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
@@ -41,6 +54,8 @@ void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(src[i]);
       return;
     }
+    default:  // PLAID rows decode whole (kernels/plaid_bits.h)
+      break;
   }
 }
 
@@ -67,6 +82,8 @@ void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out) {
       }
       return;
     }
+    default:  // PLAID rows are made by index/plaid_train.h
+      break;
   }
 }
 

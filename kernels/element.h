@@ -2,7 +2,9 @@
 //
 // Int8 elements convert as their integer codes: the per-row scales of the
 // int8 layout are applied by the callers that hold them (kernels/quantize.h
-// makes codes and scales).
+// makes codes and scales). PLAID rows are not element arrays: these
+// functions leave them alone (LoadAsFloat returns 0), and
+// kernels/plaid_bits.h decodes them.
 //
 // Thread-safety: pure functions.
 #ifndef MAXSIMD_KERNELS_ELEMENT_H_
@@ -27,6 +29,8 @@ inline float LoadAsFloat(const void* base, DType dtype, int64_t i) {
       return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case DType::kInt8:
       return static_cast<float>(static_cast<const int8_t*>(base)[i]);
+    default:  // PLAID rows decode whole (kernels/plaid_bits.h)
+      break;
   }
   return 0.f;
 }

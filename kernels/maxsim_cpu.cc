@@ -9,19 +9,23 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/element.h"
 #include "kernels/half.h"
+#include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 #include "kernels/topk_cpu.h"
 
 namespace maxsimd {
 
-// The query rows of one search in the forms int8 segments score against
-// (SearchParams: fp16-rounded, or quantised); empty when no segment is
-// int8. Built once per Search(), shared read-only by the workers.
-struct Int8Queries {
+// What one search prepares once and its workers share read-only: the query
+// rows in the forms int8 segments score against (SearchParams: fp16-rounded,
+// or quantised; empty when no segment is int8), and a row decoder per PLAID
+// segment.
+struct SearchPrep {
   std::vector<float> fp16;    // [rows, dim], each value rounded to fp16
   std::vector<int8_t> codes;  // [rows, dim]
   std::vector<float> scales;  // [rows]
+  // Parallel to params.segments; null for a segment that is not PLAID.
+  std::vector<std::unique_ptr<PlaidRowDecoder>> plaid;
 };
 
 namespace {
@@ -115,11 +119,18 @@ float MaxSimInt8AgainstDoc(const int8_t* query, const float* query_scales,
   return total;
 }
 
-Int8Queries PrepareInt8Queries(const SearchParams& p) {
-  Int8Queries out;
+SearchPrep PrepareSearch(const SearchParams& p) {
+  SearchPrep out;
   bool any = false;
-  for (const SegmentRef& r : p.segments)
-    any |= r.resident.dtype == DType::kInt8;
+  out.plaid.resize(p.segments.size());
+  for (size_t s = 0; s < p.segments.size(); ++s) {
+    const SegmentView& v = p.segments[s].resident;
+    any |= v.dtype == DType::kInt8;
+    if (PlaidNbits(v.dtype) != 0) {
+      out.plaid[s] = std::make_unique<PlaidRowDecoder>(
+          v.plaid.bucket_weights, PlaidNbits(v.dtype), v.dim);
+    }
+  }
   if (!any || p.num_queries == 0) return out;
   const int64_t rows = p.query_offsets[p.num_queries];
   const size_t n = static_cast<size_t>(rows) * p.dim;
@@ -144,22 +155,26 @@ struct Scratch {
 };
 
 // Document `d` of a segment, ready to score: fp32 rows (a dense document
-// decoded, or an int8 one's codes as fp32 with its scales), or, when int8
-// queries score it, its int8 rows and scales in place.
+// decoded, an int8 one's codes as fp32 with its scales, or a PLAID one
+// decoded with its scales), or, when int8 queries score it, its int8 rows
+// and scales in place.
 struct DocRows {
   const float* f32 = nullptr;
   const int8_t* i8 = nullptr;
-  const float* scales = nullptr;  // int8 only
+  const float* scales = nullptr;  // int8 and PLAID only
+  bool int8 = false;              // scored with fp16-rounded queries
   int64_t ld = 0;
 };
 
-DocRows PrepareDoc(const SearchParams& p, const SegmentView& seg, int64_t d,
-                   Scratch* scratch) {
+DocRows PrepareDoc(const SearchParams& p, const SearchPrep& prep, int32_t s,
+                   int64_t d, Scratch* scratch) {
+  const SegmentView& seg = p.segments[s].resident;
   DocRows rows;
   const int64_t begin = seg.cu_seqlens[d];
   rows.ld = seg.cu_seqlens[d + 1] - begin;
   if (seg.dtype == DType::kInt8) {
     rows.scales = seg.scales + begin;
+    rows.int8 = true;
     if (p.quantize_queries) {
       rows.i8 = static_cast<const int8_t*>(seg.tokens) + begin * seg.dim;
       return rows;
@@ -167,24 +182,30 @@ DocRows PrepareDoc(const SearchParams& p, const SegmentView& seg, int64_t d,
   }
   const size_t need = static_cast<size_t>(rows.ld * seg.dim);
   if (scratch->doc.size() < need) scratch->doc.resize(need);
-  ConvertToFloat(seg.tokens, seg.dtype, begin * seg.dim, rows.ld * seg.dim,
-                 scratch->doc.data());
+  if (const PlaidRowDecoder* decoder = prep.plaid[s].get()) {
+    rows.scales = seg.scales + begin;
+    for (int64_t t = 0; t < rows.ld; ++t) {
+      decoder->DecodeToken(seg, begin + t, scratch->doc.data() + t * seg.dim);
+    }
+  } else {
+    ConvertToFloat(seg.tokens, seg.dtype, begin * seg.dim, rows.ld * seg.dim,
+                   scratch->doc.data());
+  }
   rows.f32 = scratch->doc.data();
   return rows;
 }
 
-float ScoreDoc(const SearchParams& p, const Int8Queries& int8_queries,
+float ScoreDoc(const SearchParams& p, const SearchPrep& prep,
                int32_t q, const DocRows& doc, std::vector<float>* row_max) {
   const int64_t q0 = p.query_offsets[q];
   const int64_t lq = p.query_offsets[q + 1] - q0;
   if (row_max->size() < static_cast<size_t>(lq)) row_max->resize(lq);
   if (doc.i8 != nullptr) {
-    return MaxSimInt8AgainstDoc(int8_queries.codes.data() + q0 * p.dim,
-                                int8_queries.scales.data() + q0, lq, doc.i8,
+    return MaxSimInt8AgainstDoc(prep.codes.data() + q0 * p.dim,
+                                prep.scales.data() + q0, lq, doc.i8,
                                 doc.scales, doc.ld, p.dim, row_max->data());
   }
-  const float* query =
-      doc.scales != nullptr ? int8_queries.fp16.data() : p.query_tokens;
+  const float* query = doc.int8 ? prep.fp16.data() : p.query_tokens;
   return MaxSimAgainstDoc(query + q0 * p.dim, lq, doc.f32, doc.scales, doc.ld,
                           p.dim, row_max->data());
 }
@@ -238,16 +259,16 @@ absl::Status CpuBackend::Search(const SearchParams& params,
                      kMaxInt8Dim));
   }
   const int64_t start = NowNs();
-  const Int8Queries int8_queries = PrepareInt8Queries(params);
+  const SearchPrep prep = PrepareSearch(params);
   absl::Status status = params.candidate_offsets == nullptr
-                            ? Scan(params, int8_queries, results)
-                            : Gather(params, int8_queries, results);
+                            ? Scan(params, prep, results)
+                            : Gather(params, prep, results);
   if (timing != nullptr) timing->kernel_ns = NowNs() - start;
   return status;
 }
 
 absl::Status CpuBackend::Scan(const SearchParams& p,
-                              const Int8Queries& int8_queries,
+                              const SearchPrep& prep,
                               absl::Span<std::vector<ScoredDoc>> results) {
   const int workers = pool_.size();
   // heaps[w * num_queries + q]: worker w's running top-k for query q.
@@ -273,10 +294,11 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
           const SegmentView& seg = p.segments[s].resident;
           const int64_t d = i - seg_start[s];
           if (IsTombstoned(seg.tombstones, d)) continue;
-          const DocRows doc = PrepareDoc(p, seg, d, &scratch[w]);
+          const DocRows doc = PrepareDoc(p, prep, static_cast<int32_t>(s),
+                                         d, &scratch[w]);
           for (int32_t q = 0; q < p.num_queries; ++q) {
             const float score =
-                ScoreDoc(p, int8_queries, q, doc, &scratch[w].row_max);
+                ScoreDoc(p, prep, q, doc, &scratch[w].row_max);
             heaps[w * p.num_queries + q].Push({score, seg.base_index + d});
           }
         }
@@ -291,7 +313,7 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
 }
 
 absl::Status CpuBackend::Gather(const SearchParams& p,
-                                const Int8Queries& int8_queries,
+                                const SearchPrep& prep,
                                 absl::Span<std::vector<ScoredDoc>> results) {
   const int64_t total = p.candidate_offsets[p.num_queries];
   // Scores of every (query, candidate) pair; bounded by
@@ -308,8 +330,9 @@ absl::Status CpuBackend::Gather(const SearchParams& p,
       const DocRef& r = p.candidates[c];
       const SegmentView& seg = p.segments[r.segment].resident;
       if (IsTombstoned(seg.tombstones, r.doc)) continue;
-      const DocRows doc = PrepareDoc(p, seg, r.doc, &scratch[w]);
-      scores[c] = ScoreDoc(p, int8_queries, owner[c], doc, &scratch[w].row_max);
+      const DocRows doc =
+          PrepareDoc(p, prep, r.segment, r.doc, &scratch[w]);
+      scores[c] = ScoreDoc(p, prep, owner[c], doc, &scratch[w].row_max);
     }
   });
   for (int32_t q = 0; q < p.num_queries; ++q) {

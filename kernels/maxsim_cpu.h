@@ -22,7 +22,7 @@
 
 namespace maxsimd {
 
-struct Int8Queries;  // maxsim_cpu.cc: a search's queries for int8 segments
+struct SearchPrep;  // maxsim_cpu.cc: what a search prepares once
 
 struct CpuBackendOptions {
   int num_threads = 0;  // <= 0: one per hardware thread
@@ -57,10 +57,10 @@ class CpuBackend final : public Backend {
  private:
   explicit CpuBackend(const CpuBackendOptions& options);
 
-  absl::Status Scan(const SearchParams& params, const Int8Queries& int8_queries,
+  absl::Status Scan(const SearchParams& params, const SearchPrep& prep,
                     absl::Span<std::vector<ScoredDoc>> results);
   absl::Status Gather(const SearchParams& params,
-                      const Int8Queries& int8_queries,
+                      const SearchPrep& prep,
                       absl::Span<std::vector<ScoredDoc>> results);
 
   CpuBackendOptions options_;

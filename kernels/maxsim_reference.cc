@@ -6,6 +6,7 @@
 
 #include "kernels/element.h"
 #include "kernels/half.h"
+#include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 
 namespace maxsimd {
@@ -28,9 +29,19 @@ double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
   const int64_t begin = seg.cu_seqlens[doc];
   const int64_t end = seg.cu_seqlens[doc + 1];
   const bool int8 = seg.dtype == DType::kInt8;
+  const int nbits = PlaidNbits(seg.dtype);
   const int8_t* codes = static_cast<const int8_t*>(seg.tokens);
   std::vector<float> q16(static_cast<size_t>(seg.dim));
   std::vector<int8_t> qq(static_cast<size_t>(seg.dim));
+  // A PLAID document's rows, decoded in fp32 (plaid_bits.h).
+  std::vector<float> plaid_rows;
+  if (nbits != 0) {
+    const PlaidRowDecoder decoder(seg.plaid.bucket_weights, nbits, seg.dim);
+    plaid_rows.resize(static_cast<size_t>((end - begin) * seg.dim));
+    for (int64_t t = begin; t < end; ++t) {
+      decoder.DecodeToken(seg, t, plaid_rows.data() + (t - begin) * seg.dim);
+    }
+  }
   double total = 0.0;
   for (int64_t s = 0; s < lq; ++s) {
     const float* q = query + s * seg.dim;
@@ -46,7 +57,14 @@ double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
     double best = -std::numeric_limits<double>::infinity();
     for (int64_t t = begin; t < end; ++t) {
       double cell;
-      if (!int8) {
+      if (nbits != 0) {
+        const float* v = plaid_rows.data() + (t - begin) * seg.dim;
+        double dot = 0.0;
+        for (int32_t j = 0; j < seg.dim; ++j) {
+          dot += static_cast<double>(q[j]) * v[j];
+        }
+        cell = static_cast<double>(seg.scales[t]) * dot;
+      } else if (!int8) {
         cell = DenseCell(q, seg, t);
       } else if (quantize_queries) {
         int64_t dot = 0;

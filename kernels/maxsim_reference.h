@@ -18,7 +18,9 @@ namespace maxsimd {
 // host segment view. A document with no tokens scores -inf (0 when lq == 0).
 // NaN products are ignored by the max, as fmax does. An int8 view is scored
 // by backend.h's int8 formulas (queries rounded to fp16, or quantised when
-// `quantize_queries`), the dot products and their scaling in fp64.
+// `quantize_queries`), the dot products and their scaling in fp64; a PLAID
+// view by decoding its rows in fp32 (kernels/plaid_bits.h) and scaling the
+// fp64 dot products by the rows' scales.
 double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
                       int64_t doc, bool quantize_queries = false);
 

@@ -198,7 +198,7 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
       return absl::UnimplementedError(
           absl::StrCat("ShardedBackend::Search: segments[", i, "] is ",
                        DTypeName(ref.resident.dtype), " (layout ",
-                       ref.resident.dtype == DType::kInt8 ? "int8" : "dense",
+                       LayoutOfDType(ref.resident.dtype),
                        "): shard ", ref.shard, " (", shards_[ref.shard]->name(),
                        ") has no kernel for it"));
     }

@@ -78,6 +78,11 @@ v1::DType ToProto(DType t) {
       return v1::DTYPE_BFLOAT16;
     case DType::kInt8:
       return v1::DTYPE_INT8;
+    case DType::kPlaid1:
+    case DType::kPlaid2:
+    case DType::kPlaid4:
+    case DType::kPlaid8:
+      return v1::DTYPE_PLAID;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

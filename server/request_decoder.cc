@@ -29,10 +29,11 @@ absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
     case v1::DTYPE_BFLOAT16:
       return DType::kBFloat16;
     case v1::DTYPE_INT8:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field,
-                       " is DTYPE_INT8, a storage dtype only; tensors must be "
-                       "DTYPE_FLOAT32, DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
+    case v1::DTYPE_PLAID:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", v1::DType_Name(dtype),
+          ", a storage dtype only; tensors must be DTYPE_FLOAT32, "
+          "DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           field, " is ", static_cast<int>(dtype),
