@@ -58,7 +58,8 @@ class PlaidRowDecoder {
 
 // The scale a PLAID token of decoded values v[dim] gets in a corpus that
 // L2-normalises: 1 / max(||v||_2, 1e-12), the norm summed in fp64 and
-// rounded to fp32 (as the importer normalises). Without normalisation the scale is 1.
+// rounded to fp32 (as the importer normalises). Without normalisation the scale
+// is 1.
 float PlaidInverseNorm(const float* v, int32_t dim);
 
 }  // namespace maxsimd

@@ -319,8 +319,8 @@ TEST(CpuBackendTest, PlaidScanAndRerankMatchReferenceAtEveryNbits) {
       std::uniform_int_distribution<int64_t> len(1, 40);
       for (int i = 0; i < 41; ++i) lens_a.push_back(i == 5 ? 0 : len(rng));
       for (int i = 0; i < 13; ++i) lens_b.push_back(i == 0 ? 1 : len(rng));
-      auto a = ::maxsimd::testing::MakePlaidSegment(dim, nbits, 37, lens_a,
-                                                    static_cast<uint32_t>(rng()));
+      auto a = ::maxsimd::testing::MakePlaidSegment(
+          dim, nbits, 37, lens_a, static_cast<uint32_t>(rng()));
       auto b = ::maxsimd::testing::MakePlaidSegment(
           dim, nbits, 37, lens_b, static_cast<uint32_t>(rng()), false);
       a.Delete(7);

@@ -20,7 +20,7 @@ namespace maxsimd::testing {
 struct PlaidSegment {
   int32_t dim = 0;
   int nbits = 0;
-  std::vector<float> centroids;      // [num_centroids, dim]
+  std::vector<float> centroids;  // [num_centroids, dim]
   std::vector<uint16_t> centroids_f16;
   std::vector<float> bucket_weights;  // [1 << nbits], ascending
   std::vector<int32_t> codes;         // [tokens]
@@ -93,7 +93,8 @@ inline PlaidSegment MakePlaidSegment(int32_t dim, int nbits,
   }
   std::sort(s.bucket_weights.begin(), s.bucket_weights.end());
   s.cu_seqlens.push_back(0);
-  for (int64_t len : doc_lens) s.cu_seqlens.push_back(s.cu_seqlens.back() + len);
+  for (int64_t len : doc_lens)
+    s.cu_seqlens.push_back(s.cu_seqlens.back() + len);
   const int64_t tokens = s.cu_seqlens.back();
   const int64_t row_bytes = int64_t{dim} * nbits / 8;
   std::uniform_int_distribution<int32_t> code(
