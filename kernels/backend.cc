@@ -60,9 +60,9 @@ absl::Status ValidateSearchParams(const SearchParams& p,
         if (x->scales == nullptr || x->codes == nullptr ||
             x->plaid.bucket_weights == nullptr ||
             x->plaid.centroids == nullptr || x->plaid.num_centroids <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "Search: segments[", s,
-              "] is PLAID and lacks its scales, codes or codec"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("Search: segments[", s,
+                           "] is PLAID and lacks its scales, codes or codec"));
         }
       }
     }

@@ -195,15 +195,15 @@ DocRows PrepareDoc(const SearchParams& p, const SearchPrep& prep, int32_t s,
   return rows;
 }
 
-float ScoreDoc(const SearchParams& p, const SearchPrep& prep,
-               int32_t q, const DocRows& doc, std::vector<float>* row_max) {
+float ScoreDoc(const SearchParams& p, const SearchPrep& prep, int32_t q,
+               const DocRows& doc, std::vector<float>* row_max) {
   const int64_t q0 = p.query_offsets[q];
   const int64_t lq = p.query_offsets[q + 1] - q0;
   if (row_max->size() < static_cast<size_t>(lq)) row_max->resize(lq);
   if (doc.i8 != nullptr) {
     return MaxSimInt8AgainstDoc(prep.codes.data() + q0 * p.dim,
-                                prep.scales.data() + q0, lq, doc.i8,
-                                doc.scales, doc.ld, p.dim, row_max->data());
+                                prep.scales.data() + q0, lq, doc.i8, doc.scales,
+                                doc.ld, p.dim, row_max->data());
   }
   const float* query = doc.int8 ? prep.fp16.data() : p.query_tokens;
   return MaxSimAgainstDoc(query + q0 * p.dim, lq, doc.f32, doc.scales, doc.ld,
@@ -267,8 +267,7 @@ absl::Status CpuBackend::Search(const SearchParams& params,
   return status;
 }
 
-absl::Status CpuBackend::Scan(const SearchParams& p,
-                              const SearchPrep& prep,
+absl::Status CpuBackend::Scan(const SearchParams& p, const SearchPrep& prep,
                               absl::Span<std::vector<ScoredDoc>> results) {
   const int workers = pool_.size();
   // heaps[w * num_queries + q]: worker w's running top-k for query q.
@@ -294,11 +293,10 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
           const SegmentView& seg = p.segments[s].resident;
           const int64_t d = i - seg_start[s];
           if (IsTombstoned(seg.tombstones, d)) continue;
-          const DocRows doc = PrepareDoc(p, prep, static_cast<int32_t>(s),
-                                         d, &scratch[w]);
+          const DocRows doc =
+              PrepareDoc(p, prep, static_cast<int32_t>(s), d, &scratch[w]);
           for (int32_t q = 0; q < p.num_queries; ++q) {
-            const float score =
-                ScoreDoc(p, prep, q, doc, &scratch[w].row_max);
+            const float score = ScoreDoc(p, prep, q, doc, &scratch[w].row_max);
             heaps[w * p.num_queries + q].Push({score, seg.base_index + d});
           }
         }
@@ -312,8 +310,7 @@ absl::Status CpuBackend::Scan(const SearchParams& p,
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Gather(const SearchParams& p,
-                                const SearchPrep& prep,
+absl::Status CpuBackend::Gather(const SearchParams& p, const SearchPrep& prep,
                                 absl::Span<std::vector<ScoredDoc>> results) {
   const int64_t total = p.candidate_offsets[p.num_queries];
   // Scores of every (query, candidate) pair; bounded by
@@ -330,8 +327,7 @@ absl::Status CpuBackend::Gather(const SearchParams& p,
       const DocRef& r = p.candidates[c];
       const SegmentView& seg = p.segments[r.segment].resident;
       if (IsTombstoned(seg.tombstones, r.doc)) continue;
-      const DocRows doc =
-          PrepareDoc(p, prep, r.segment, r.doc, &scratch[w]);
+      const DocRows doc = PrepareDoc(p, prep, r.segment, r.doc, &scratch[w]);
       scores[c] = ScoreDoc(p, prep, owner[c], doc, &scratch[w].row_max);
     }
   });

@@ -59,8 +59,7 @@ class CpuBackend final : public Backend {
 
   absl::Status Scan(const SearchParams& params, const SearchPrep& prep,
                     absl::Span<std::vector<ScoredDoc>> results);
-  absl::Status Gather(const SearchParams& params,
-                      const SearchPrep& prep,
+  absl::Status Gather(const SearchParams& params, const SearchPrep& prep,
                       absl::Span<std::vector<ScoredDoc>> results);
 
   CpuBackendOptions options_;

@@ -195,12 +195,11 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
                        ref.shard, "; the backend has ", n, " shards"));
     }
     if (!shards_[ref.shard]->SupportsDType(ref.resident.dtype, params.dim)) {
-      return absl::UnimplementedError(
-          absl::StrCat("ShardedBackend::Search: segments[", i, "] is ",
-                       DTypeName(ref.resident.dtype), " (layout ",
-                       LayoutOfDType(ref.resident.dtype),
-                       "): shard ", ref.shard, " (", shards_[ref.shard]->name(),
-                       ") has no kernel for it"));
+      return absl::UnimplementedError(absl::StrCat(
+          "ShardedBackend::Search: segments[", i, "] is ",
+          DTypeName(ref.resident.dtype), " (layout ",
+          LayoutOfDType(ref.resident.dtype), "): shard ", ref.shard, " (",
+          shards_[ref.shard]->name(), ") has no kernel for it"));
     }
     local[i] = static_cast<int64_t>(parts[ref.shard].refs.size());
     parts[ref.shard].refs.push_back(ref);

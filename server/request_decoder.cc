@@ -30,10 +30,10 @@ absl::StatusOr<DType> DecodeDType(maxsimd::v1::DType dtype,
       return DType::kBFloat16;
     case v1::DTYPE_INT8:
     case v1::DTYPE_PLAID:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " is ", v1::DType_Name(dtype),
-          ", a storage dtype only; tensors must be DTYPE_FLOAT32, "
-          "DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", v1::DType_Name(dtype),
+                       ", a storage dtype only; tensors must be DTYPE_FLOAT32, "
+                       "DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           field, " is ", static_cast<int>(dtype),
