@@ -162,6 +162,7 @@ class PinnedBuffer final : public ResidentBuffer {
 struct InputLayout {
   size_t query = 0, row_query = 0, query_offsets = 0, top_k = 0;
   size_t query_blocks = 0, query_tiles = 0, maps = 0, slot_scales = 0;
+  size_t slot_codes = 0;
   size_t q_scales = 0;
   size_t rec_offsets = 0, records = 0, tiles = 0, end = 0;
 
@@ -183,6 +184,7 @@ struct InputLayout {
     l.query_tiles = take((nq + 1) * sizeof(int32_t));
     l.maps = take(slots * kTmaMapsPerSlot * sizeof(TensorMapBytes));
     l.slot_scales = take(slots * sizeof(const float*));
+    l.slot_codes = take(slots * sizeof(const int32_t*));
     l.q_scales = take(q_scale_rows * sizeof(float));
     l.rec_offsets = take((nq + 1) * sizeof(int64_t));
     l.records = take(records * sizeof(GatherRecord));
@@ -315,16 +317,20 @@ class GpuBackendImpl final : public Backend {
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
   bool healthy() const override { return healthy_.load(); }
-  // Int8 corpora take the TMA kernel only, at the widths it widens whole.
+  // Int8 and PLAID corpora take the TMA kernel only, at the widths it
+  // widens (decodes) whole.
   bool SupportsDType(DType dtype, int32_t dim) const override {
     if (dtype == DType::kInt8) {
       return options_.use_tma && TmaSupportsInt8Dim(dim);
     }
+    if (PlaidNbits(dtype) > 0) {
+      return options_.use_tma && TmaSupportsPlaidDim(dim, PlaidNbits(dtype));
+    }
     return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   }
-  // The stream buffers carry token rows only, no scales.
+  // The stream buffers carry token rows only, no scales or centroid ids.
   bool StreamsDType(DType dtype) const override {
-    return dtype != DType::kInt8;
+    return dtype != DType::kInt8 && PlaidNbits(dtype) == 0;
   }
   std::vector<DeviceMemory> Memory() const override;
 
@@ -635,10 +641,42 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
         return absl::InvalidArgumentError(absl::StrCat(
             "GpuBackend::Search: segments[", s, "] is int8 and has no scales"));
       }
+    } else if (PlaidNbits(v.dtype) > 0) {
+      if (!SupportsDType(v.dtype, params.dim)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GpuBackend::Search: segments[", s, "] is layout plaid (",
+            DTypeName(v.dtype), ") of dim ", params.dim,
+            "; the GPU kernel for PLAID corpora takes nbits 1, 2 or 4 at dim "
+            "64, 128 or 256 with dim * nbits a multiple of 128 and needs the "
+            "TMA kernels (sm_90); serve the corpus with the CPU backend "
+            "(--cpu)"));
+      }
+      if (params.segments[s].streamed) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GpuBackend::Search: segments[", s,
+            "] is layout plaid and host-placed; the GPU backend streams only "
+            "dense corpora from host memory (use placement gpu)"));
+      }
+      if (v.scales == nullptr || v.codes == nullptr ||
+          v.plaid.centroids_f16 == nullptr ||
+          v.plaid.bucket_weights == nullptr || v.plaid.num_centroids <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "GpuBackend::Search: segments[", s,
+            "] is PLAID and lacks scales, codes or its codec tables"));
+      }
+      const PlaidTablesView& c0 = params.segments[0].resident.plaid;
+      if (v.plaid.centroids_f16 != c0.centroids_f16 ||
+          v.plaid.bucket_weights != c0.bucket_weights ||
+          v.plaid.num_centroids != c0.num_centroids) {
+        return absl::UnimplementedError(absl::StrCat(
+            "GpuBackend::Search: segments[", s,
+            "] has another PLAID codec than segments[0]; the GPU kernel "
+            "decodes one codec per batch"));
+      }
     } else if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GpuBackend::Search: segments[", s, "].dtype is ", DTypeName(v.dtype),
-          "; the GPU backend reads float16, bfloat16 or int8"));
+          "; the GPU backend reads float16, bfloat16, int8 or PLAID"));
     }
     if (v.dtype != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -780,17 +818,20 @@ absl::Status GpuBackendImpl::RunSearch(
   // region, and compact, so the one H2D copy moves little beyond the data.
   const TmaPlan tma = PlanTma(p, gather);
   const bool int8 = dtype == DType::kInt8;
-  if (int8 && !tma.on) {
-    return absl::UnimplementedError(absl::StrCat(
-        "GpuBackend::Search: an int8 batch needs the TMA kernel, which this "
-        "batch exceeds (at most ",
-        kMaxTmaSegments, " segments, 2^31 tokens per segment, ",
-        options_.max_query_elements, " staged query elements)"));
+  const bool plaid = PlaidNbits(dtype) > 0;
+  if ((int8 || plaid) && !tma.on) {
+    return absl::UnimplementedError(
+        absl::StrCat("GpuBackend::Search: an ", LayoutOfDType(dtype),
+                     " batch needs the TMA kernel, which this "
+                     "batch exceeds (at most ",
+                     kMaxTmaSegments, " segments, 2^31 tokens per segment, ",
+                     options_.max_query_elements, " staged query elements)"));
   }
   // Int8: queries go to the MMAs as float16, rounded (quantize_queries
   // false) or holding their int8 codes exactly (true), whose row scales
   // the kernel applies.
-  const DType query_dtype = int8 ? DType::kFloat16 : dtype;
+  // PLAID: queries go as float16, as for float16 corpora.
+  const DType query_dtype = int8 || plaid ? DType::kFloat16 : dtype;
   const bool q_scaled = int8 && p.quantize_queries;
   const int64_t q_scale_rows = q_scaled ? tma.tiles * tma.tile_rows : 0;
   const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
@@ -862,6 +903,8 @@ absl::Status GpuBackendImpl::RunSearch(
         // Int8 segments are never streamed: a buffer's slot has none.
         reinterpret_cast<const float**>(in + cap.slot_scales)[s] =
             buffer ? nullptr : p.segments[s].resident.scales;
+        reinterpret_cast<const int32_t**>(in + cap.slot_codes)[s] =
+            buffer ? nullptr : p.segments[s].resident.codes;
         if (!buffer && p.segments[s].streamed) continue;  // unused
         const void* tokens =
             buffer ? w.dev_stream[s - nseg] : p.segments[s].resident.tokens;
@@ -1016,8 +1059,17 @@ absl::Status GpuBackendImpl::RunSearch(
         reinterpret_cast<const int32_t*>(w.dev_in + cap.query_tiles);
     t.maps = reinterpret_cast<const TensorMapBytes*>(w.dev_in + cap.maps);
     t.scales =
-        int8 ? reinterpret_cast<const float* const*>(w.dev_in + cap.slot_scales)
-             : nullptr;
+        int8 || plaid
+            ? reinterpret_cast<const float* const*>(w.dev_in + cap.slot_scales)
+            : nullptr;
+    if (plaid) {
+      const PlaidTablesView& codec = p.segments[0].resident.plaid;
+      t.codes =
+          reinterpret_cast<const int32_t* const*>(w.dev_in + cap.slot_codes);
+      t.centroids_f16 = codec.centroids_f16;
+      t.bucket_weights = codec.bucket_weights;
+      t.num_centroids = codec.num_centroids;
+    }
     t.q_scales = q_scaled
                      ? reinterpret_cast<const float*>(w.dev_in + cap.q_scales)
                      : nullptr;

@@ -1,5 +1,6 @@
 // TMA MaxSim launcher: the dispatch from run-time (dtype, padded width,
-// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16}.cu,
+// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16,int8}.cu
+// and maxsim_tma_plaid{1,2,4}.cu,
 // plus the host helpers that stage queries and encode tensor maps.
 #include <cudaTypedefs.h>
 
@@ -83,12 +84,28 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
   std::memset(map, 0, sizeof(*map));
   if (num_tokens == 0) return absl::OkStatus();
   const bool int8 = dtype == DType::kInt8;
+  const int nbits = PlaidNbits(dtype);
   if (num_tokens >= (int64_t{1} << 31) ||
-      !(int8 ? TmaSupportsInt8Dim(dim) : TmaSupportsDim(dim)) ||
+      !(nbits > 0 ? TmaSupportsPlaidDim(dim, nbits)
+        : int8    ? TmaSupportsInt8Dim(dim)
+                  : TmaSupportsDim(dim)) ||
       reinterpret_cast<uintptr_t>(tokens) % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "EncodeTokenMap: ", num_tokens, " ", DTypeName(dtype),
         " tokens of dim ", dim, " are outside the TMA path's limits"));
+  }
+  if (nbits > 0) {
+    // Packed residual rows: [num_tokens, row_bytes] bytes, whole rows per
+    // box, unswizzled (the decoding threads read them row-major).
+    const cuuint64_t row_bytes =
+        static_cast<cuuint64_t>(TokenRowBytes(dtype, dim));
+    const cuuint64_t pdims[2] = {row_bytes,
+                                 static_cast<cuuint64_t>(num_tokens)};
+    const cuuint64_t pstrides[1] = {row_bytes};
+    const cuuint32_t pbox[2] = {static_cast<cuuint32_t>(row_bytes),
+                                static_cast<cuuint32_t>(box_rows)};
+    return EncodeTiled(CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, tokens, pdims,
+                       pstrides, pbox, CU_TENSOR_MAP_SWIZZLE_NONE, map);
   }
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim),
                               static_cast<cuuint64_t>(num_tokens)};
@@ -117,25 +134,36 @@ absl::Status DispatchWarpgroups(const TmaLaunchParams& p, cudaStream_t s) {
 }
 
 template <typename Tag>
+inline constexpr int kTagPlaidBits = 0;
+template <int kNbits>
+inline constexpr int kTagPlaidBits<detail::Plaid<kNbits>> = kNbits;
+
+template <typename Tag>
 absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
   constexpr bool kInt8 = std::is_same_v<Tag, detail::Int8>;
-  if (!(kInt8 ? TmaSupportsInt8Dim(p.dim) : TmaSupportsDim(p.dim)) ||
-      p.dpad != TmaPaddedDim(p.dim)) {
+  constexpr int kNbits = kTagPlaidBits<Tag>;
+  const bool served = kNbits > 0 ? TmaSupportsPlaidDim(p.dim, kNbits)
+                      : kInt8    ? TmaSupportsInt8Dim(p.dim)
+                                 : TmaSupportsDim(p.dim);
+  if (!served || p.dpad != TmaPaddedDim(p.dim)) {
     return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
                                                    p.dim, " with dpad ", p.dpad,
                                                    " has no TMA kernel"));
   }
   switch (p.dpad) {
     case 64:
-      return DispatchWarpgroups<Tag, 64>(p, s);
+      // No 1-bit PLAID instance at 64 (TmaSupportsPlaidDim refuses it).
+      if constexpr (kNbits != 1) return DispatchWarpgroups<Tag, 64>(p, s);
+      break;
     case 128:
       return DispatchWarpgroups<Tag, 128>(p, s);
     case 256:
       return DispatchWarpgroups<Tag, 256>(p, s);
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("LaunchMaxSimTma: dpad ", p.dpad));
+      break;
   }
+  return absl::InvalidArgumentError(
+      absl::StrCat("LaunchMaxSimTma: dpad ", p.dpad));
 }
 
 }  // namespace
@@ -145,6 +173,25 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
     return absl::InvalidArgumentError(
         absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
                      TmaMaxTiles(p.warpgroups)));
+  }
+  if (PlaidNbits(p.dtype) > 0 &&
+      (p.codes == nullptr || p.scales == nullptr ||
+       p.centroids_f16 == nullptr || p.bucket_weights == nullptr ||
+       p.num_centroids <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LaunchMaxSimTma: a ", DTypeName(p.dtype),
+        " launch needs codes, scales, centroids_f16, bucket_weights and "
+        "num_centroids"));
+  }
+  switch (p.dtype) {
+    case DType::kPlaid1:
+      return DispatchDim<detail::Plaid<1>>(p, stream);
+    case DType::kPlaid2:
+      return DispatchDim<detail::Plaid<2>>(p, stream);
+    case DType::kPlaid4:
+      return DispatchDim<detail::Plaid<4>>(p, stream);
+    default:
+      break;
   }
   return detail::DispatchDtype</*kWithInt8=*/true>(
       p.dtype, "LaunchMaxSimTma",

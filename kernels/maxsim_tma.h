@@ -40,6 +40,15 @@ inline bool TmaSupportsDim(int32_t dim) {
 inline bool TmaSupportsInt8Dim(int32_t dim) {
   return dim == 64 || dim == 128 || dim == 256;
 }
+// PLAID corpora (decoded to float16 in shared memory): 1, 2 or 4 bits (8
+// bits would need more shared memory than the int8 shape leaves, and
+// PLAID indexes use 1, 2 or 4), at the widths the kernel is compiled for
+// whose packed residual rows (dim * nbits / 8 bytes) are a multiple of 16
+// bytes, the copy engine's row granularity.
+inline bool TmaSupportsPlaidDim(int32_t dim, int nbits) {
+  return (dim == 64 || dim == 128 || dim == 256) &&
+         (nbits == 1 || nbits == 2 || nbits == 4) && dim * nbits % 128 == 0;
+}
 // Elements per staged query row: dim rounded up to 64 (one 128-byte
 // swizzle row); the columns past dim are zero, and so are the corpus
 // columns past dim (the copy engine fills outside the tensor with zeros).
@@ -80,7 +89,8 @@ inline constexpr int32_t kTmaBoxRows[2] = {16, 64};
 // Encodes the tensor map of a segment's tokens ([num_tokens, dim], device
 // memory, 16-byte aligned) with boxes of box_rows rows: for float16 and
 // bfloat16, boxes of 64 columns in the 128-byte swizzle; for int8 (dim a
-// TmaSupportsInt8Dim width), whole rows, unswizzled. num_tokens == 0 gives a
+// TmaSupportsInt8Dim width) and PLAID (TmaSupportsPlaidDim: tokens holds
+// packed residual rows), whole rows, unswizzled. num_tokens == 0 gives a
 // map that is never used.
 absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
                             int32_t dim, int32_t box_rows, TensorMapBytes* map);
@@ -115,9 +125,17 @@ struct TmaLaunchParams {
   // [query_blocks[q], query_blocks[q + 1]). Every query starts on a block.
   const int32_t* query_blocks = nullptr;
   const TensorMapBytes* maps = nullptr;  // device, kTmaMapsPerSlot per slot
-  // Int8 corpora: the scales of the segment of each map slot (device array
-  // of device pointers); null otherwise.
+  // Int8 and PLAID corpora: the scales of the segment of each map slot
+  // (device array of device pointers); null otherwise.
   const float* const* scales = nullptr;
+  // PLAID corpora: the centroid ids of the segment of each map slot (device
+  // array of device pointers; scales as for int8), and the launch's one
+  // codec: float16 centroids [num_centroids, dim] and the 1 << nbits bucket
+  // weights (fp32), device memory. Null otherwise.
+  const int32_t* const* codes = nullptr;
+  const uint16_t* centroids_f16 = nullptr;
+  const float* bucket_weights = nullptr;
+  int64_t num_centroids = 0;
   // Int8 corpora with quantised queries: the scale of every staged query
   // row (padding rows 1); null otherwise. A row's maxima are multiplied by
   // it before the sum over the query's rows.

@@ -38,6 +38,16 @@
 // column's scale before the max, and a quantised query's row maxima by the
 // row's scale (kernels/backend.h gives the formulas).
 //
+// PLAID corpora (Tag Plaid<nbits>) take the int8 path's shape: the copy
+// engine brings the packed residual rows (dim * nbits / 8 bytes) into the
+// compressed ring, the producer copies each row's centroid id and scale
+// beside them, and the same widening warps decode each chunk into the
+// float16 stage: per 16 values, the centroid's float16 values from the
+// codec table in global memory (read through L2), plus the residuals of a
+// shared table built at block start (byte value -> 8 / nbits float16
+// bucket weights). The epilogue scales the columns as for int8. No decoded
+// row is ever written to global memory.
+//
 // Every document token is read from HBM once per launch; the query tiles
 // come from L2.
 #ifndef MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
@@ -86,12 +96,18 @@ struct TmaChunkHeader {
   uint32_t mask[kTmaMaxSegs][8];
 };
 
-// kI8: an int8 corpus. The copy engine fills a ring of int8 rows and their
-// scales; two widening warps turn each chunk into one float16 stage of the
-// layout above, which the MMAs read.
-template <int kDP, int kWG, bool kI8_ = false>
+// kI8: an int8 corpus; kPlaidBits_ > 0: a PLAID corpus of that many bits
+// per residual value. Both are "widened": the copy engine fills a ring of
+// compressed rows and their scales (and PLAID centroid ids); two widening
+// warps turn each chunk into one float16 stage of the layout above, which
+// the MMAs read.
+template <int kDP, int kWG, bool kI8_ = false, int kPlaidBits_ = 0>
 struct TmaShape {
   static constexpr bool kI8 = kI8_;
+  static constexpr int kPlaidBits = kPlaidBits_;
+  static constexpr bool kWidened = kI8 || kPlaidBits > 0;
+  // Bytes of one compressed row: an int8 row, or a packed residual row.
+  static constexpr int kRawRowBytes = kI8 ? kDP : kDP * kPlaidBits / 8;
   static constexpr int kHalves = kDP / 64;  // 128-byte swizzle rows per row
   static constexpr int kTileRows = kWG == 1 ? 32 : 64;
   // Tokens per chunk: 32 KB stages with one warpgroup, 64 KB with two
@@ -101,33 +117,45 @@ struct TmaShape {
   // widening warps leave no registers for two), and where shared memory
   // allows two float16 stages, so that widening the next chunk overlaps
   // the MMAs and the epilogue of this one.
-  static constexpr int kN = kWG == 1 ? (kI8 && kDP == 64 ? 128 : 16384 / kDP)
-                                     : (kDP == 256 ? 64 : 256);
-  static constexpr int kWide = !kI8 ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
+  static constexpr int kN = kWG == 1
+                                ? (kWidened && kDP == 64 ? 128 : 16384 / kDP)
+                                : (kDP == 256 ? 64 : 256);
+  static constexpr int kWide = !kWidened ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
   static constexpr int kStages =
-      kWG == 1 ? (kI8 ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
-                      : (kDP == 256 ? 2 : 3))
+      kWG == 1 ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
+                           : (kDP == 256 ? 2 : 3))
                : 2;
   // A header is rewritten kHeaders chunks later, once every reader is
   // past it: with int8, the producer refills a stage once it is widened,
   // and the one float16 stage frees up before the epilogue of its chunk.
-  static constexpr int kHeaders = kI8 ? kStages + kWide + 1 : 2 * kStages;
+  static constexpr int kHeaders = kWidened ? kStages + kWide + 1 : 2 * kStages;
   static constexpr int kQStages = kWG == 1 ? 1 : 2;  // per warpgroup
   static constexpr int kMaxTiles = kWG == 1 ? 1 : 32;
   static constexpr int kBlocksPerTile = kTileRows / 16;
   static constexpr int kRowBlocks = kMaxTiles * kBlocksPerTile;
   static constexpr int kConsumers = 128 * kWG;
-  // int8: two warps widen the int8 chunks for the consumers.
-  static constexpr int kWideners = kI8 ? 64 : 0;
+  // int8 and PLAID: two warps widen the compressed chunks for the consumers;
+  // four decode PLAID chunks with one warpgroup (latency-bound centroid
+  // loads; with two, four would cut the consumers' registers below their
+  // accumulators').
+  static constexpr int kWideners = kPlaidBits > 0 && kWG == 1
+                                       ? 128
+                                       : (kWidened ? 64 : 0);
   static constexpr int kThreads = kConsumers + 32 + kWideners;
   static constexpr int kTileBytes = kTileRows * kDP * 2;
   static constexpr int kHalfStageBytes = kN * 128;
   static constexpr int kStageBytes = kN * kDP * 2;
-  static constexpr int kDocStages = kI8 ? kWide : kStages;
+  static constexpr int kDocStages = kWidened ? kWide : kStages;
   // Blocks of one warpgroup hold at most two queries.
   static constexpr int kQblkCache = kWG == 1 ? 8 : kTmaQblkCache;
-  static constexpr int kI8StageBytes = kI8 ? kN * kDP : 0;
-  static constexpr int kScaleBytes = kI8 ? kN * 4 : 0;
+  // One compressed stage (int8 or residual rows).
+  static constexpr int kI8StageBytes = kWidened ? kN * kRawRowBytes : 0;
+  static constexpr int kScaleBytes = kWidened ? kN * 4 : 0;
+  // PLAID: the centroid ids of each compressed stage, and the residual
+  // table: byte value -> its 8 / nbits bucket weights in float16.
+  static constexpr int kCodeBytes = kPlaidBits > 0 ? kN * 4 : 0;
+  static constexpr int kLutBytes =
+      kPlaidBits > 0 ? 256 * (8 / (kPlaidBits > 0 ? kPlaidBits : 8)) * 2 : 0;
   // Shared memory, from a 1024-byte aligned base. The query ring comes
   // first: with 32-row tiles the 64-row wgmma reads 32 rows past a tile
   // (results unused), which must stay inside the allocation.
@@ -139,7 +167,9 @@ struct TmaShape {
   // more than stages, since a stage is refilled during its chunk's
   // epilogue, which still reads the scales.
   static constexpr int kWideScOff = kScOff + kStages * kScaleBytes;
-  static constexpr int kHdrOff = kWideScOff + (kWide + 1) * kScaleBytes;
+  static constexpr int kCodeOff = kWideScOff + (kWide + 1) * kScaleBytes;
+  static constexpr int kLutOff = kCodeOff + kStages * kCodeBytes;
+  static constexpr int kHdrOff = kLutOff + kLutBytes;
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
@@ -150,6 +180,8 @@ struct TmaShape {
   static constexpr int kNumBars = 2 * kStages + 2 * kWG * kQStages + 2 * kWide;
   static constexpr int kSmemBytes = kBarOff + kNumBars * 8 + 1024;
   static_assert(kDocOff % 1024 == 0 && kStageBytes % 1024 == 0, "alignment");
+  // Copy-engine boxes of 16 compressed rows land 128-byte aligned.
+  static_assert(!kWidened || (16 * kRawRowBytes) % 128 == 0, "alignment");
   static_assert(kBarOff % 8 == 0, "alignment");
   static_assert(kHdrOff % 16 == 0 && sizeof(TmaChunkHeader) % 16 == 0,
                 "segments are read 16 bytes at a time");
@@ -197,12 +229,23 @@ struct WarpCacheRecord {
   }
 };
 
+// The shape of the kernel of one tag.
+template <typename Tag>
+inline constexpr int kPlaidBitsOf = 0;
+template <int kNbits>
+inline constexpr int kPlaidBitsOf<Plaid<kNbits>> = kNbits;
+template <typename Tag, int kDP, int kWG>
+using TmaShapeOf =
+    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>, kPlaidBitsOf<Tag>>;
+
 template <typename Tag, int kDP, int kWG>
 struct TmaBlock {
   static constexpr bool kI8 = std::is_same_v<Tag, Int8>;
-  using S = TmaShape<kDP, kWG, kI8>;
-  // The MMA's operand type: int8 chunks are widened to float16 first.
-  using MmaTag = std::conditional_t<kI8, Fp16, Tag>;
+  static constexpr int kPB = kPlaidBitsOf<Tag>;  // PLAID bits, or 0
+  using S = TmaShapeOf<Tag, kDP, kWG>;
+  static constexpr bool kWidened = S::kWidened;
+  // The MMA's operand type: compressed chunks are widened to float16 first.
+  using MmaTag = std::conditional_t<kWidened, Fp16, Tag>;
 
   const TmaLaunchParams& p;
   uint8_t* qsm;
@@ -210,7 +253,9 @@ struct TmaBlock {
   uint8_t* i8sm;   // int8: [kStages] chunks of int8 rows
   float* scsm;     // int8: [kStages] their scales
   float* wide_sc;  // int8: [kWide + 1][kN] scales of the widened chunks
-  const float* sc = nullptr;  // int8: the consumers' chunk's scales
+  const float* sc = nullptr;      // int8: the consumers' chunk's scales
+  int32_t* codesm = nullptr;      // PLAID: [kStages][kN] centroid ids
+  const uint16_t* lut = nullptr;  // PLAID: [256][8 / nbits] float16 bits
   TmaChunkHeader* hdr;
   float* carry;
   float* part;       // this chunk's table of partial sums
@@ -348,10 +393,11 @@ struct TmaBlock {
             const TensorMapBytes* maps = p.maps + kTmaMapsPerSlot * rec.slot;
             const int rows = big ? 64 : 16;
             const int32_t row = static_cast<int32_t>(rec.row + cur.off + at);
-            if constexpr (kI8) {
-              TmaLoad2D(i8sm + s * S::kI8StageBytes + (cols + at) * kDP,
-                        maps[big].bytes, &full[s], 0, row);
-              bytes += rows * kDP;
+            if constexpr (kWidened) {
+              TmaLoad2D(
+                  i8sm + s * S::kI8StageBytes + (cols + at) * S::kRawRowBytes,
+                  maps[big].bytes, &full[s], 0, row);
+              bytes += rows * S::kRawRowBytes;
             } else {
               for (int hh = 0; hh < S::kHalves; ++hh) {
                 TmaLoad2D(stage + hh * S::kHalfStageBytes + (cols + at) * 128,
@@ -362,8 +408,11 @@ struct TmaBlock {
             at += rows;
           }
         }
-        if constexpr (kI8) {
+        if constexpr (kWidened) {
           CopyScales(s, cols, p.scales[rec.slot] + rec.row + cur.off, take);
+        }
+        if constexpr (kPB > 0) {
+          CopyCodes(s, cols, p.codes[rec.slot] + rec.row + cur.off, take);
         }
         ++nseg;
         if (!ends) {
@@ -408,8 +457,8 @@ struct TmaBlock {
         for (int b = 0; b < nb; ++b) {
           const int32_t row =
               static_cast<int32_t>(c_tok - p.row_base + box * b);
-          if constexpr (kI8) {
-            TmaLoad2D(i8sm + s * S::kI8StageBytes + b * box * kDP,
+          if constexpr (kWidened) {
+            TmaLoad2D(i8sm + s * S::kI8StageBytes + b * box * S::kRawRowBytes,
                       maps[big].bytes, &full[s], 0, row);
           } else {
             for (int hh = 0; hh < S::kHalves; ++hh) {
@@ -419,12 +468,15 @@ struct TmaBlock {
           }
         }
       }
-      bytes = nb * box * (kI8 ? kDP : 128 * S::kHalves);
-      if constexpr (kI8) {
+      bytes = nb * box * (kWidened ? S::kRawRowBytes : 128 * S::kHalves);
+      if constexpr (kWidened) {
         CopyScales(s, 0, p.scales[p.map_slot] + (c_tok - p.row_base), cols);
       }
+      if constexpr (kPB > 0) {
+        CopyCodes(s, 0, p.codes[p.map_slot] + (c_tok - p.row_base), cols);
+      }
     }
-    if constexpr (kI8) CpAsyncMbarArrive(&full[s]);
+    if constexpr (kWidened) CpAsyncMbarArrive(&full[s]);
     __syncwarp();
     IndexChunk(h, nseg);
     __syncwarp();
@@ -444,6 +496,14 @@ struct TmaBlock {
                                              int n) {
     for (int j = threadIdx.x & 31; j < n; j += 32) {
       CpAsync4(scsm + s * S::kN + col + j, src + j);
+    }
+  }
+
+  // PLAID: the centroid ids of n rows, as CopyScales.
+  __device__ __forceinline__ void CopyCodes(int s, int col, const int32_t* src,
+                                            int n) {
+    for (int j = threadIdx.x & 31; j < n; j += 32) {
+      CpAsync4(codesm + s * S::kN + col + j, src + j);
     }
   }
 
@@ -493,8 +553,8 @@ struct TmaBlock {
     const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
     for (int64_t c = 0;; ++c) {
       int s = static_cast<int>(c % S::kStages);
-      // Int8: s is the float16 stage, which the consumers release.
-      if constexpr (kI8) {
+      // Widened: s is the float16 stage, which the consumers release.
+      if constexpr (kWidened) {
         s = static_cast<int>(c % S::kWide);
         MbarWait(&wfull[s], (c / S::kWide) & 1);
         sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
@@ -506,7 +566,7 @@ struct TmaBlock {
       if (nseg < 0) break;
       const uint8_t* stage = dsm + s * S::kStageBytes;
       if (nw == 0) {
-        if (lane == 0) MbarArrive(kI8 ? &wempty[s] : &empty[s]);
+        if (lane == 0) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
       } else if constexpr (kSplit) {
         ChunkSplit(c, s, stage, h, wg, nw);
       } else {
@@ -540,7 +600,7 @@ struct TmaBlock {
   __device__ __forceinline__ void Release(int slot, bool last_tile, int s) {
     if ((threadIdx.x & 31) != 0) return;
     if (!resident) MbarArrive(&qempty[slot]);
-    if (last_tile) MbarArrive(kI8 ? &wempty[s] : &empty[s]);
+    if (last_tile) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
   }
 
   // int8: four int8 values -> two float16x2 words, exactly. A byte b is
@@ -572,8 +632,13 @@ struct TmaBlock {
       const int w = static_cast<int>(c % S::kWide);
       if (c >= S::kWide) MbarWait(&wempty[w], ((c / S::kWide) - 1) & 1);
       if (!end) {
-        Widen(s, dsm + w * S::kStageBytes,
-              wide_sc + (c % (S::kWide + 1)) * S::kN);
+        if constexpr (kPB > 0) {
+          Decode(s, dsm + w * S::kStageBytes,
+                 wide_sc + (c % (S::kWide + 1)) * S::kN);
+        } else {
+          Widen(s, dsm + w * S::kStageBytes,
+                wide_sc + (c % (S::kWide + 1)) * S::kN);
+        }
       }
       FenceProxyAsync();
       __syncwarp();
@@ -615,6 +680,102 @@ struct TmaBlock {
       WidenI8x4(v.y, lo.z, lo.w);
       WidenI8x4(v.z, hi.x, hi.y);
       WidenI8x4(v.w, hi.z, hi.w);
+      uint8_t* line = base + k * kRowStep * 128;
+      const int p0 = ((2 * c) & 7) ^ x, p1 = ((2 * c + 1) & 7) ^ x;
+      *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
+      *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
+    }
+    for (int i = tid; i < S::kN; i += S::kWideners) {
+      to[i] = scsm[s * S::kN + i];
+    }
+  }
+
+  __device__ __forceinline__ static uint32_t Hadd2(uint32_t a, uint32_t b) {
+    const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&a),
+                              *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+
+  // PLAID: the bucket weights of 16 values (2 * nbits residual bytes at
+  // src) as eight float16x2 words, from the residual table.
+  __device__ __forceinline__ void Residuals(const uint8_t* src,
+                                            uint32_t (&w)[8]) const {
+    if constexpr (kPB == 1) {
+      const uint32_t x = *reinterpret_cast<const uint16_t*>(src);
+      const uint4 a = reinterpret_cast<const uint4*>(lut)[x & 0xff];
+      const uint4 b = reinterpret_cast<const uint4*>(lut)[x >> 8];
+      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+      w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    } else if constexpr (kPB == 2) {
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(src);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint2 e =
+            reinterpret_cast<const uint2*>(lut)[(x >> (8 * i)) & 0xff];
+        w[2 * i] = e.x;
+        w[2 * i + 1] = e.y;
+      }
+    } else if constexpr (kPB == 4) {
+      const uint2 x = *reinterpret_cast<const uint2*>(src);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        w[i] = reinterpret_cast<const uint32_t*>(lut)[(x.x >> (8 * i)) & 0xff];
+        w[4 + i] =
+            reinterpret_cast<const uint32_t*>(lut)[(x.y >> (8 * i)) & 0xff];
+      }
+    } else {
+      const uint4 x = *reinterpret_cast<const uint4*>(src);
+      const uint32_t v[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t word = v[i / 2] >> (16 * (i % 2));
+        w[i] = uint32_t{lut[word & 0xff]} |
+               (uint32_t{lut[(word >> 8) & 0xff]} << 16);
+      }
+    }
+  }
+
+  // PLAID: decodes compressed stage s into the float16 stage `out` (the
+  // layout Widen writes) and copies its scales to `to`. Each thread keeps
+  // one 16-value piece column c, as in Widen: per piece, the centroid id
+  // from shared memory, the centroid's 16 float16 values from the codec
+  // table (two 16-byte loads, L2-resident), plus the residuals. The ids of
+  // rows past the chunk's tokens are stale: they are clamped into the
+  // table and their columns are never read by the epilogue.
+  __device__ void Decode(int s, uint8_t* out, float* to) {
+    constexpr int kPerRow = kDP / 16;
+    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
+    constexpr int kRowStep = S::kWideners / kPerRow;
+    static_assert(S::kN % kRowStep == 0, "whole passes");
+    constexpr int kPieceBytes = 2 * kPB;
+    const int tid = threadIdx.x - (S::kConsumers + 32);
+    const int c = tid % kPerRow;
+    const int r0 = tid / kPerRow;
+    const uint8_t* res =
+        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * kPieceBytes;
+    const int32_t* ids = codesm + s * S::kN + r0;
+    const uint16_t* cent = p.centroids_f16 + c * 16;
+    const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
+    uint8_t* base = out + (c / 4) * S::kHalfStageBytes + r0 * 128;
+    const bool swap = (c / 4) & 1;
+#pragma unroll 4
+    for (int k = 0; k < S::kN / kRowStep; ++k) {
+      const int x = kRowStep % 8 == 0 ? (r0 & 7) : ((r0 + k * kRowStep) & 7);
+      const uint32_t id = min(static_cast<uint32_t>(ids[k * kRowStep]), last);
+      const uint4* cp =
+          reinterpret_cast<const uint4*>(cent + static_cast<int64_t>(id) * kDP);
+      const uint4 c0 = __ldg(cp), c1 = __ldg(cp + 1);
+      uint32_t r[8];
+      Residuals(res + k * kRowStep * S::kRawRowBytes, r);
+      uint4 lo, hi;
+      lo.x = Hadd2(c0.x, r[0]);
+      lo.y = Hadd2(c0.y, r[1]);
+      lo.z = Hadd2(c0.z, r[2]);
+      lo.w = Hadd2(c0.w, r[3]);
+      hi.x = Hadd2(c1.x, r[4]);
+      hi.y = Hadd2(c1.y, r[5]);
+      hi.z = Hadd2(c1.z, r[6]);
+      hi.w = Hadd2(c1.w, r[7]);
       uint8_t* line = base + k * kRowStep * 128;
       const int p0 = ((2 * c) & 7) ^ x, p1 = ((2 * c + 1) & 7) ^ x;
       *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
@@ -830,12 +991,12 @@ struct TmaBlock {
     const int t = threadIdx.x & 3;
     const int row = lt * S::kTileRows + warp * 16 + ((threadIdx.x & 31) >> 2);
     const int rb = lt * S::kBlocksPerTile + warp;
-    // int8: the cells' scales. Column scales here; a quantised query's
-    // row scales multiply the row maxima (Finish), which equals scaling
+    // int8 and PLAID: the cells' scales. Column scales here; a quantised
+    // query's row scales multiply the row maxima (Finish), which equals scaling
     // every cell since the row scales are positive.
     float qs0 = 1.f, qs1 = 1.f;
+    if constexpr (kWidened) ScaleCols<kCols>(acc, sc + base);
     if constexpr (kI8) {
-      ScaleCols<kCols>(acc, sc + base);
       if (p.q_scales != nullptr) {
         qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
         qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
@@ -898,9 +1059,25 @@ struct TmaBlock {
   }
 };
 
+// PLAID: the residual table, by the whole block: entry b holds the bucket
+// weights (float16) of the 8 / nbits values of residual byte b, in value
+// order (kernels/plaid_bits.h gives the bit order).
+template <int kNbits>
+__device__ __forceinline__ void BuildPlaidLut(const float* weights,
+                                              uint16_t* lut) {
+  constexpr int kPerByte = 8 / kNbits;
+  for (int i = threadIdx.x; i < 256 * kPerByte; i += blockDim.x) {
+    const int byte = i / kPerByte;
+    const int top = 7 - (i % kPerByte) * kNbits;
+    int bucket = 0;
+    for (int t = 0; t < kNbits; ++t) bucket |= ((byte >> (top - t)) & 1) << t;
+    lut[i] = __half_as_ushort(__float2half_rn(weights[bucket]));
+  }
+}
+
 template <typename Tag, int kDP, int kWG>
-__global__ void __launch_bounds__(
-    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>>::kThreads, kWG == 1 ? 2 : 1)
+__global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
+                                  kWG == 1 ? 2 : 1)
     MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
   using S = typename TmaBlock<Tag, kDP, kWG>::S;
   extern __shared__ uint8_t smem_raw[];
@@ -911,6 +1088,8 @@ __global__ void __launch_bounds__(
   b.i8sm = smem + S::kI8Off;
   b.scsm = reinterpret_cast<float*>(smem + S::kScOff);
   b.wide_sc = reinterpret_cast<float*>(smem + S::kWideScOff);
+  b.codesm = reinterpret_cast<int32_t*>(smem + S::kCodeOff);
+  b.lut = reinterpret_cast<const uint16_t*>(smem + S::kLutOff);
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
   b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
   b.part_base = reinterpret_cast<float*>(smem + S::kPartOff);
@@ -943,12 +1122,16 @@ __global__ void __launch_bounds__(
       b.qblk[i] = p.query_blocks[qa + i];
     }
   }
+  if constexpr (S::kPlaidBits > 0) {
+    BuildPlaidLut<S::kPlaidBits>(
+        p.bucket_weights, reinterpret_cast<uint16_t*>(smem + S::kLutOff));
+  }
   if (threadIdx.x == 0) {
     for (int i = 0; i < S::kStages; ++i) {
       MbarInit(&b.full[i], 1);
-      MbarInit(&b.empty[i], S::kI8 ? S::kWideners / 32 : 4 * kWG);
+      MbarInit(&b.empty[i], S::kWidened ? S::kWideners / 32 : 4 * kWG);
     }
-    if constexpr (S::kI8) {
+    if constexpr (S::kWidened) {
       for (int i = 0; i < S::kWide; ++i) {
         MbarInit(&b.wfull[i], S::kWideners / 32);
         MbarInit(&b.wempty[i], 4 * kWG);
@@ -962,7 +1145,7 @@ __global__ void __launch_bounds__(
   }
   __syncthreads();
   if (threadIdx.x >= S::kConsumers + 32) {
-    if constexpr (S::kI8) b.WidenAll();
+    if constexpr (S::kWidened) b.WidenAll();
   } else if (threadIdx.x >= S::kConsumers) {
     b.Produce(blockIdx.x);
   } else {
@@ -995,6 +1178,13 @@ absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
 #define MAXSIMD_INSTANTIATE_TMA(TAG, DP, WG)                          \
   template absl::Status maxsimd::detail::LaunchTmaTyped<TAG, DP, WG>( \
       const maxsimd::TmaLaunchParams&, cudaStream_t)
+// PLAID: no 64-wide instance at 1 bit (8-byte rows are below the copy
+// engine's 16-byte box minimum; maxsim_tma.h's TmaSupportsPlaidDim).
+#define MAXSIMD_INSTANTIATE_TMA_PLAID_WIDE(TAG) \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 128, 1);         \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 128, 2);         \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 256, 1);         \
+  MAXSIMD_INSTANTIATE_TMA(TAG, 256, 2)
 #define MAXSIMD_INSTANTIATE_TMA_TAG(TAG) \
   MAXSIMD_INSTANTIATE_TMA(TAG, 64, 1);   \
   MAXSIMD_INSTANTIATE_TMA(TAG, 64, 2);   \

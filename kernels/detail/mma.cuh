@@ -35,6 +35,14 @@ struct Bf16 {
 struct Int8 {
   using Storage = int8_t;
 };
+// A PLAID corpus of kNbits-bit residuals (kernels/plaid_bits.h): packed
+// residual rows with a centroid id and an fp32 scale per row; the TMA
+// kernel decodes them to float16 in shared memory, as for int8.
+template <int kNbits_>
+struct Plaid {
+  static constexpr int kNbits = kNbits_;
+  using Storage = uint8_t;
+};
 
 // c += a * b for one 16x8x16 tile.
 template <typename Tag>

@@ -1,0 +1,5 @@
+// Explicit instantiations of the TMA MaxSim kernel for PLAID corpora of
+// 2-bit residuals (rows decoded to float16 in shared memory).
+#include "kernels/detail/maxsim_tma_kernel.cuh"
+
+MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::Plaid<2>);
