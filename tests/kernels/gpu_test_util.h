@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +23,7 @@
 #include "kernels/element.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/maxsim_reference.h"
+#include "tests/support/plaid_segment.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
 
@@ -104,6 +106,64 @@ inline DeviceSegment Upload(Backend& backend, const HostSegment& s,
     res.tombstones = static_cast<const uint32_t*>(d.tombstones->data());
   }
   d.ref = {host, res, 0, streamed};
+  return d;
+}
+
+// The device copy of a PLAID segment: residual rows, codes, scales, offsets,
+// tombstones, and the codec tables, which segments of one batch share on
+// the GPU (one codec per batch, as an index uploads it once): `codec` is
+// the first segment's DevicePlaid whose tables to reuse, or null to upload
+// this segment's. The host view is s.View(base_index).
+struct DevicePlaid {
+  std::vector<std::unique_ptr<ResidentBuffer>> buffers;
+  PlaidTablesView tables;  // device
+  SegmentRef ref;
+};
+
+inline DevicePlaid UploadPlaid(Backend& backend, const PlaidSegment& s,
+                               int64_t base_index,
+                               const DevicePlaid* codec = nullptr) {
+  DevicePlaid d;
+  auto up = [&](const void* p, size_t bytes) -> const void* {
+    // A zero-byte upload still yields an aligned, valid pointer.
+    d.buffers.push_back(backend.Upload(p, std::max<size_t>(bytes, 16)).value());
+    return d.buffers.back()->data();
+  };
+  const SegmentView host = s.View(base_index);
+  SegmentView res = host;
+  // Copies padded to 16 bytes read past short host vectors: stage them.
+  auto padded = [](const auto& v) {
+    std::vector<uint8_t> out(std::max<size_t>(v.size() * sizeof(v[0]), 16));
+    if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * sizeof(v[0]));
+    return out;
+  };
+  const auto residuals = padded(s.residuals);
+  const auto codes = padded(s.codes);
+  const auto scales = padded(s.scales);
+  res.tokens = up(residuals.data(), residuals.size());
+  res.codes = static_cast<const int32_t*>(up(codes.data(), codes.size()));
+  res.scales = static_cast<const float*>(up(scales.data(), scales.size()));
+  res.cu_seqlens = static_cast<const int64_t*>(
+      up(s.cu_seqlens.data(), s.cu_seqlens.size() * sizeof(int64_t)));
+  res.tombstones = nullptr;
+  if (!s.tombstones.empty()) {
+    res.tombstones = static_cast<const uint32_t*>(
+        up(s.tombstones.data(), s.tombstones.size() * sizeof(uint32_t)));
+  }
+  if (codec != nullptr) {
+    d.tables = codec->tables;
+  } else {
+    d.tables.centroids = static_cast<const float*>(
+        up(s.centroids.data(), s.centroids.size() * sizeof(float)));
+    d.tables.centroids_f16 = static_cast<const uint16_t*>(
+        up(s.centroids_f16.data(), s.centroids_f16.size() * sizeof(uint16_t)));
+    const auto weights = padded(s.bucket_weights);
+    d.tables.bucket_weights =
+        static_cast<const float*>(up(weights.data(), weights.size()));
+    d.tables.num_centroids = s.num_centroids();
+  }
+  res.plaid = d.tables;
+  d.ref = {host, res, 0, false};
   return d;
 }
 

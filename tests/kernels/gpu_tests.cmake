@@ -1,7 +1,7 @@
 # GPU tests: built whenever CUDA is on (CI compiles them), run through the
 # GpuBackend API, and skip at run time on a machine without a CUDA device.
 foreach(_gpu_test maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
-                  host_stream_test gpu_int8_test)
+                  host_stream_test gpu_int8_test gpu_plaid_test)
   maxsimd_add_test(NAME ${_gpu_test} SOURCES ${_gpu_test}.cc
                    LIBS maxsimd_kernels LABELS gpu)
 endforeach()

@@ -1,0 +1,397 @@
+// PLAID corpora on the GPU backend (the TMA kernel's fused decode: residual
+// rows, centroid ids and scales decoded to float16 in shared memory, never
+// to global memory) against the scalar oracle: ragged scans and reranks at
+// every nbits and width the kernel serves, in both warpgroup
+// configurations (one query of 32 rows; batches of many queries), and the
+// refusals (UNIMPLEMENTED, backend left healthy) of other widths, of
+// host-placed PLAID segments, of batches mixing codecs, and of the mma.sync
+// kernels. Skips without a CUDA device.
+//
+// The GPU rounds the query and the decoded rows to float16 for its MMAs
+// (kernels/backend.h allows it). Each search is checked twice: tightly
+// against the oracle on the rows the kernel decodes (float16 centroid plus
+// float16 bucket weight, the sum rounded to float16, times the fp32 scale:
+// an fp32 corpus of those rows) with the queries rounded to float16, which
+// leaves only the order of fp32 sums; and loosely against the exact PLAID
+// oracle (fp32 decode, fp32 queries), for the size of the rounding.
+//
+// MAXSIMD_TEST_KERNELS=mma (bench/run_gpu.sh's second run) turns the TMA
+// kernels off, and with them every PLAID width: each test then checks the
+// refusal instead.
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/half.h"
+#include "kernels/maxsim_reference.h"
+#include "kernels/plaid_bits.h"
+#include "kernels/topk.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace maxsimd {
+namespace {
+
+using ::maxsimd::testing::Batch;
+using ::maxsimd::testing::CompareRanking;
+using ::maxsimd::testing::DevicePlaid;
+using ::maxsimd::testing::GpuReferenceSearch;
+using ::maxsimd::testing::GpuSearch;
+using ::maxsimd::testing::HostSegment;
+using ::maxsimd::testing::MakePlaidSegment;
+using ::maxsimd::testing::PlaidSegment;
+using ::maxsimd::testing::RandomQuery;
+using ::maxsimd::testing::SharedGpuBackend;
+using ::maxsimd::testing::StatusIs;
+using ::maxsimd::testing::UploadPlaid;
+using ::testing::HasSubstr;
+
+// Relative tolerances (of max(1, |score|)): against the oracle on the
+// kernel's float16 rows, fp32 summation order only; against the exact
+// PLAID oracle, float16 rounding of the query and the decoded row (about
+// 2^-11 relative per value), summed over up to 128 values and 70 rows.
+constexpr double kTol = 1e-3;
+constexpr double kExactTol = 2e-2;
+
+// Whether the backend made with TestOptions() scores PLAID segments of
+// this width and nbits (TMA kernels only, nbits 1, 2 or 4; maxsim_tma.h's
+// rule).
+bool PlaidKernelExpected(int32_t dim, int nbits) {
+  return ::maxsimd::testing::TestOptions().use_tma && nbits <= 4 &&
+         (dim == 64 || dim == 128 || dim == 256) && dim * nbits % 128 == 0;
+}
+
+constexpr int64_t kCentroids = 300;
+constexpr int64_t kDocs[] = {100, 48, 4};
+constexpr int64_t kBase[] = {0, 100, 1000};
+constexpr DocRef kDeleted[] = {{0, 0}, {0, 7}, {0, 99}, {1, 1}, {2, 3}};
+
+// Gives `s` the codec of `from` (one codec per corpus) and recomputes its
+// scales under it.
+void ShareCodec(PlaidSegment& s, const PlaidSegment& from, bool normalize) {
+  s.centroids = from.centroids;
+  s.centroids_f16 = from.centroids_f16;
+  s.bucket_weights = from.bucket_weights;
+  const PlaidRowDecoder decoder(s.bucket_weights.data(), s.nbits, s.dim);
+  std::vector<float> v(static_cast<size_t>(s.dim));
+  for (int64_t t = 0; t < s.num_tokens(); ++t) {
+    decoder.DecodeToken(s.View(), t, v.data());
+    s.scales[t] = normalize ? PlaidInverseNorm(v.data(), s.dim) : 1.f;
+  }
+}
+
+// Three ragged PLAID segments of one codec and their device copies:
+//   0: 100 documents of 0..40 tokens (empty ones among them), 3 deleted;
+//   1: 48 documents of 0 or 1 token, 1 deleted (scales 1: not normalised);
+//   2: 4 documents of 257..520 tokens, 1 deleted.
+struct PlaidCorpus {
+  std::vector<PlaidSegment> host;
+  std::vector<DevicePlaid> device;
+  std::vector<HostSegment> decoded;  // as the kernel decodes host[s]
+
+  std::vector<SegmentRef> Refs() const {
+    std::vector<SegmentRef> refs;
+    for (const DevicePlaid& d : device) refs.push_back(d.ref);
+    return refs;
+  }
+};
+
+// The rows of `s` as the kernel decodes them (float16 centroid + float16
+// bucket weight, rounded to float16), times their scales, as an fp32
+// segment of the same documents.
+HostSegment DecodedLikeTheKernel(const PlaidSegment& s, int64_t base_index) {
+  HostSegment h;
+  h.dim = s.dim;
+  h.dtype = DType::kFloat32;
+  h.base_index = base_index;
+  h.cu_seqlens = s.cu_seqlens;
+  h.tombstones = s.tombstones;
+  const int64_t row_bytes = int64_t{s.dim} * s.nbits / 8;
+  for (int64_t t = 0; t < s.num_tokens(); ++t) {
+    const uint8_t* row = s.residuals.data() + t * row_bytes;
+    for (int32_t k = 0; k < s.dim; ++k) {
+      const double c = HalfToFloat(s.centroids_f16[s.codes[t] * s.dim + k]);
+      const double w = HalfToFloat(
+          FloatToHalf(s.bucket_weights[PlaidResidualBucket(row, s.nbits, k)]));
+      const float v = HalfToFloat(FloatToHalf(static_cast<float>(c + w)));
+      h.tokens32.push_back(s.scales[t] * v);
+    }
+  }
+  return h;
+}
+
+PlaidCorpus MakeCorpus(Backend& backend, std::mt19937_64& rng, int32_t dim,
+                       int nbits) {
+  PlaidCorpus c;
+  const std::pair<int, int> lens[] = {{0, 40}, {0, 1}, {257, 520}};
+  for (int s = 0; s < 3; ++s) {
+    std::uniform_int_distribution<int64_t> len(lens[s].first, lens[s].second);
+    std::vector<int64_t> doc_lens;
+    for (int64_t d = 0; d < kDocs[s]; ++d) doc_lens.push_back(len(rng));
+    if (s == 0) doc_lens[3] = 0;
+    c.host.push_back(MakePlaidSegment(dim, nbits, kCentroids, doc_lens,
+                                      static_cast<uint32_t>(rng())));
+    if (s > 0) ShareCodec(c.host[s], c.host[0], /*normalize=*/s != 1);
+  }
+  for (const DocRef& r : kDeleted) c.host[r.segment].Delete(r.doc);
+  for (int s = 0; s < 3; ++s) {
+    c.device.push_back(UploadPlaid(backend, c.host[s], kBase[s],
+                                   s == 0 ? nullptr : &c.device[0]));
+    c.decoded.push_back(DecodedLikeTheKernel(c.host[s], kBase[s]));
+  }
+  return c;
+}
+
+int64_t StagedRows(const Batch& batch) {
+  int64_t rows = 0;
+  for (size_t q = 0; q + 1 < batch.offsets.size(); ++q) {
+    rows += (batch.offsets[q + 1] - batch.offsets[q] + 15) / 16 * 16;
+  }
+  return rows;
+}
+
+// One query of 32 rows (the one-warpgroup kernel), or queries of 3..64
+// rows, an empty one among them, past 33 tiles of 64 rows (the
+// two-warpgroup kernel, over more tiles than one launch covers).
+Batch ScanBatch(std::mt19937_64& rng, const PlaidCorpus& corpus, int32_t dim,
+                bool one_query) {
+  Batch batch;
+  batch.dim = dim;
+  batch.refs = corpus.Refs();
+  if (one_query) {
+    batch.AddQuery(RandomQuery(rng, 32, dim), 160);
+    return batch;
+  }
+  std::uniform_int_distribution<int> lq(3, 64), k(1, 200);
+  batch.AddQuery({}, 9);
+  while (batch.top_k.size() < 40 || StagedRows(batch) <= 33 * 64) {
+    batch.AddQuery(RandomQuery(rng, lq(rng), dim), k(rng));
+  }
+  return batch;
+}
+
+// nq queries (1: 32 rows; else 1..70 rows), each with a list of distinct
+// random candidates of all segments plus the deleted documents, and for
+// the odd ones every long document of segment 2 again.
+Batch RerankBatch(std::mt19937_64& rng, const PlaidCorpus& corpus, int32_t dim,
+                  int nq) {
+  Batch batch;
+  batch.dim = dim;
+  batch.refs = corpus.Refs();
+  batch.cand_offsets = {0};
+  std::vector<DocRef> all;
+  for (int32_t s = 0; s < 3; ++s) {
+    for (int64_t d = 0; d < kDocs[s]; ++d) all.push_back({s, d});
+  }
+  std::uniform_int_distribution<int> lq(1, 70), nc(1, 150);
+  for (int q = 0; q < nq; ++q) {
+    const bool duplicates = nq == 1 || q % 2 == 1;
+    batch.AddQuery(RandomQuery(rng, nq == 1 ? 32 : lq(rng), dim),
+                   duplicates ? kMaxTopK : 1 + q * 7);
+    std::shuffle(all.begin(), all.end(), rng);
+    batch.candidates.insert(batch.candidates.end(), all.begin(),
+                            all.begin() + nc(rng));
+    if (duplicates) {
+      for (int64_t d = 0; d < kDocs[2]; ++d) batch.candidates.push_back({2, d});
+    }
+    batch.candidates.insert(batch.candidates.end(), std::begin(kDeleted),
+                            std::end(kDeleted));
+    batch.cand_offsets.push_back(static_cast<int64_t>(batch.candidates.size()));
+  }
+  return batch;
+}
+
+void ExpectRefused(Backend& backend, const Batch& batch,
+                   const ::testing::Matcher<std::string>& what) {
+  std::vector<std::vector<ScoredDoc>> out(batch.top_k.size());
+  EXPECT_THAT(backend.Search(batch.Params(), absl::MakeSpan(out), nullptr),
+              StatusIs(absl::StatusCode::kUnimplemented, what));
+  EXPECT_TRUE(backend.healthy());
+}
+
+// The GPU's ranking of a PLAID batch against the oracle on the kernel's
+// float16 rows and against the exact PLAID oracle, or the refusal where no
+// kernel serves it.
+void ExpectPlaidSearch(Backend& backend, const Batch& batch, int nbits,
+                       const PlaidCorpus& corpus) {
+  if (!PlaidKernelExpected(batch.dim, nbits)) {
+    ExpectRefused(backend, batch, HasSubstr("plaid"));
+    return;
+  }
+  const auto got = GpuSearch(backend, batch.Params());
+  Batch as_decoded = batch;
+  as_decoded.refs.clear();
+  for (const HostSegment& h : corpus.decoded) {
+    as_decoded.refs.push_back({h.View(), h.View()});
+  }
+  const auto want = GpuReferenceSearch(as_decoded, DType::kFloat16);
+  const auto exact = ReferenceSearch(batch.Params());
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(got.size(), exact.size());
+  for (size_t q = 0; q < got.size(); ++q) {
+    EXPECT_EQ(CompareRanking(got[q], want[q], kTol, /*repeats=*/true), "")
+        << "query " << q << " of " << got.size() << " (float16 rows)";
+    EXPECT_EQ(CompareRanking(got[q], exact[q], kExactTol, /*repeats=*/true), "")
+        << "query " << q << " of " << got.size() << " (exact decode)";
+  }
+}
+
+constexpr int kNbits[] = {1, 2, 4, 8};
+constexpr int32_t kDims[] = {64, 128, 256};
+
+TEST(GpuPlaidTest, SupportsDTypeNamesExactlyTheKernelWidths) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  for (int nbits : kNbits) {
+    for (int32_t dim : {8, 32, 64, 96, 128, 192, 256, 512}) {
+      EXPECT_EQ(backend.SupportsDType(PlaidDType(nbits), dim),
+                PlaidKernelExpected(dim, nbits))
+          << "nbits " << nbits << " dim " << dim;
+    }
+    // Resident only: the stream buffers carry no ids or scales.
+    EXPECT_FALSE(backend.StreamsDType(PlaidDType(nbits)));
+  }
+}
+
+TEST(GpuPlaidTest, RaggedScanMatchesReference) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : kNbits) {
+    for (int32_t dim : kDims) {
+      SCOPED_TRACE(::testing::Message() << "nbits " << nbits << " dim " << dim);
+      const PlaidCorpus corpus = MakeCorpus(backend, rng, dim, nbits);
+      for (bool one_query : {true, false}) {
+        SCOPED_TRACE(one_query ? "one query" : "batch");
+        ExpectPlaidSearch(backend, ScanBatch(rng, corpus, dim, one_query),
+                          nbits, corpus);
+      }
+    }
+  }
+}
+
+TEST(GpuPlaidTest, RerankMatchesReference) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : kNbits) {
+    for (int32_t dim : kDims) {
+      SCOPED_TRACE(::testing::Message() << "nbits " << nbits << " dim " << dim);
+      const PlaidCorpus corpus = MakeCorpus(backend, rng, dim, nbits);
+      for (int nq : {1, 7}) {
+        SCOPED_TRACE(::testing::Message() << nq << " queries");
+        ExpectPlaidSearch(backend, RerankBatch(rng, corpus, dim, nq), nbits,
+                          corpus);
+      }
+    }
+  }
+}
+
+// The formula on numbers worked by hand (the CPU backend's test of the
+// same name): dim 64, nbits 2, every residual byte 0b00'10'01'11 (buckets
+// 0, 1, 2, 3 in turn), centroid 0 all zeros but value 0 = 1, bucket weights
+// {-0.5, -0.25, 0.25, 0.5}: the token decodes to {0.5, -0.25, 0.25, 0.5,
+// -0.5, -0.25, ...}. Query row {1, 2, 3, 4, 0, ...} with scale 2 scores
+// 2 * (0.5 - 0.5 + 0.75 + 2) = 5.5, exactly in float16.
+TEST(GpuPlaidTest, ScoresFollowTheStatedFormula) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  constexpr int32_t kDim = 64;
+  PlaidSegment seg = MakePlaidSegment(kDim, 2, 2, {1, 2}, 7);
+  seg.bucket_weights = {-0.5f, -0.25f, 0.25f, 0.5f};
+  std::fill(seg.centroids.begin(), seg.centroids.end(), 0.f);
+  seg.centroids[0] = 1.f;
+  seg.centroids_f16.clear();
+  for (float c : seg.centroids) seg.centroids_f16.push_back(FloatToHalf(c));
+  std::fill(seg.residuals.begin(), seg.residuals.end(), uint8_t{0b00100111});
+  seg.codes = {0, 1, 0};
+  seg.scales = {2.f, 1.f, 1.f};
+  const DevicePlaid d = UploadPlaid(backend, seg, 0);
+  Batch batch;
+  batch.dim = kDim;
+  batch.refs = {d.ref};
+  std::vector<float> q(kDim, 0.f);
+  q[0] = 1, q[1] = 2, q[2] = 3, q[3] = 4;
+  batch.AddQuery(q, 2);
+  if (!PlaidKernelExpected(kDim, 2)) {
+    ExpectRefused(backend, batch, HasSubstr("plaid"));
+    return;
+  }
+  const auto got = GpuSearch(backend, batch.Params());
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].size(), 2u);
+  // Document 1: the max of token 1 (centroid 1, all zeros: -0.5 - 0.5 +
+  // 0.75 + 2 = 1.75) and token 2 (centroid 0, scale 1: 2.75).
+  EXPECT_EQ(got[0][0].index, 0);
+  EXPECT_EQ(got[0][0].score, 5.5f);
+  EXPECT_EQ(got[0][1].index, 1);
+  EXPECT_EQ(got[0][1].score, 2.75f);
+}
+
+TEST(GpuPlaidTest, WidthsWithoutTheKernelAreUnimplemented) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  const std::pair<int32_t, int> cases[] = {{64, 1}, {96, 2}, {32, 4}, {128, 8}};
+  for (const auto& [dim, nbits] : cases) {
+    SCOPED_TRACE(::testing::Message() << "nbits " << nbits << " dim " << dim);
+    const PlaidSegment seg = MakePlaidSegment(dim, nbits, 5, {3, 0, 4},
+                                              static_cast<uint32_t>(rng()));
+    const DevicePlaid d = UploadPlaid(backend, seg, 0);
+    Batch batch;
+    batch.dim = dim;
+    batch.refs = {d.ref};
+    batch.AddQuery(RandomQuery(rng, 5, dim), 3);
+    ExpectRefused(backend, batch,
+                  ::testing::AllOf(HasSubstr("layout plaid"),
+                                   HasSubstr(absl::StrCat("dim ", dim))));
+    batch.cand_offsets = {0, 2};
+    batch.candidates = {{0, 0}, {0, 2}};
+    ExpectRefused(backend, batch, HasSubstr("layout plaid"));
+  }
+}
+
+// The mma.sync kernels have no PLAID path: a backend without the TMA
+// kernels refuses every PLAID width.
+TEST(GpuPlaidTest, MmaKernelsRefusePlaid) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions options = ::maxsimd::testing::TestOptions();
+  options.use_tma = false;
+  auto backend = ::maxsimd::testing::MakeGpuBackend(options);
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : kNbits) {
+    EXPECT_FALSE(backend->SupportsDType(PlaidDType(nbits), 128));
+  }
+  const PlaidSegment seg = MakePlaidSegment(128, 2, 5, {3, 4}, 11);
+  const DevicePlaid d = UploadPlaid(*backend, seg, 0);
+  Batch batch;
+  batch.dim = 128;
+  batch.refs = {d.ref};
+  batch.AddQuery(RandomQuery(rng, 5, 128), 2);
+  ExpectRefused(*backend, batch, HasSubstr("layout plaid"));
+}
+
+TEST(GpuPlaidTest, HostPlacedSegmentsAndMixedCodecsAreUnimplemented) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  const PlaidSegment a = MakePlaidSegment(128, 2, 5, {3, 4}, 12);
+  const PlaidSegment b = MakePlaidSegment(128, 2, 5, {2, 6}, 13);
+  const DevicePlaid da = UploadPlaid(backend, a, 0);
+  DevicePlaid db = UploadPlaid(backend, b, 2);  // a codec of its own
+  Batch batch;
+  batch.dim = 128;
+  batch.refs = {da.ref, db.ref};
+  batch.AddQuery(RandomQuery(rng, 5, 128), 4);
+  ExpectRefused(backend, batch,
+                HasSubstr(PlaidKernelExpected(128, 2) ? "codec" : "plaid"));
+  batch.refs = {da.ref};
+  batch.refs[0].streamed = true;
+  ExpectRefused(backend, batch, HasSubstr("plaid"));
+}
+
+}  // namespace
+}  // namespace maxsimd
