@@ -11,6 +11,15 @@
 // queries in the fp16 mode); their bytes are the codes and the scales,
 // their floor as for any resident shape, and their target a speedup over
 // the twin measured in the same run (null when the twin did not run).
+// The `_plaid2` / `_plaid4` scans are the colbert scan's twins over a PLAID
+// corpus (d = 128, 2- or 4-bit residuals, 16384 centroids, random codes and
+// residuals): their bytes are the compressed ones (residual row, 4-byte
+// centroid id and 4-byte scale per token, offsets), reported as % of the
+// HBM read ceiling, with the speedup over the fp16 twin. plaid_rerank_25k
+// reranks 4096 random distinct candidates of 25k documents of 300 tokens
+// (nbits 2) for one query per search, and `_batch16` for 16 queries per
+// search: ms per query against 9.25 ms, the published PLAID rerank time of
+// the late-interaction-kernels project (target: >= 10x).
 //
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME[,NAME...]]
 //                     [--kernels tma|mma] [--tma-box 16|64]
@@ -97,6 +106,22 @@ __global__ void FillInt8(int8_t* p, int64_t n, uint64_t seed) {
        i += int64_t{gridDim.x} * blockDim.x) {
     const int v = __float2int_rn(HashValue(i, seed, 127.f));
     p[i] = static_cast<int8_t>(v == 0 ? 1 : v);
+  }
+}
+
+// Random bytes (PLAID residual rows).
+__global__ void FillBytes(uint8_t* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<uint8_t>(Hash(i * 0x9e3779b97f4a7c15ull + seed));
+  }
+}
+
+// PLAID centroid ids uniform in [0, k).
+__global__ void FillCodes(int32_t* p, int64_t n, uint64_t seed, int32_t k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = static_cast<int32_t>(Hash(i * 0x9e3779b97f4a7c15ull + seed) % k);
   }
 }
 
@@ -262,6 +287,10 @@ double MeasureBf16GemmTflops(cudaStream_t s, int runs) {
 // ------------------------------------------------------------ corpora --
 
 constexpr int kDim = 128;
+constexpr int32_t kPlaidCentroids = 16384;
+// The published PLAID rerank time the plaid_rerank shapes are compared with
+// (late-interaction-kernels: 4096 candidates of 300 tokens, Lq 32).
+constexpr double kPlaidRerankBaselineMs = 9.25;
 
 // A device-resident corpus (d = 128, fp16 or int8) and its host
 // cu_seqlens; a host-placed copy (HostCopy) keeps the tokens in pinned host
@@ -273,8 +302,14 @@ struct Corpus {
   maxsimd::DType dtype = maxsimd::DType::kFloat16;
   std::vector<int64_t> cu;  // host
   void* tokens = nullptr;
-  float* scales = nullptr;         // int8: device, [rows]
+  float* scales = nullptr;         // int8, PLAID: device, [rows]
   std::vector<float> scales_host;  // int8: host copy of `scales`
+  // PLAID: device centroid ids [rows] and codec (float16 and fp32
+  // centroids [kPlaidCentroids, kDim], bucket weights).
+  int32_t* codes = nullptr;
+  uint16_t* centroids_f16 = nullptr;
+  float* centroids = nullptr;
+  float* weights = nullptr;
   int64_t* cu_dev = nullptr;
   bool host = false;  // tokens are pinned host memory, cu_dev borrowed
   maxsimd::SegmentRef ref;
@@ -282,6 +317,9 @@ struct Corpus {
   // Bytes a search reads per token row: the elements and, for int8, the
   // row's scale.
   int64_t RowBytes() const {
+    if (maxsimd::PlaidNbits(dtype) > 0) {
+      return maxsimd::TokenRowBytes(dtype, kDim) + 8;  // + id + scale
+    }
     return kDim * static_cast<int64_t>(maxsimd::DTypeSize(dtype)) +
            (dtype == maxsimd::DType::kInt8 ? int64_t{sizeof(float)} : 0);
   }
@@ -293,6 +331,10 @@ struct Corpus {
     }
     if (tokens) BENCH_CHECK(cudaFree(tokens));
     if (scales) BENCH_CHECK(cudaFree(scales));
+    if (codes) BENCH_CHECK(cudaFree(codes));
+    if (centroids_f16) BENCH_CHECK(cudaFree(centroids_f16));
+    if (centroids) BENCH_CHECK(cudaFree(centroids));
+    if (weights) BENCH_CHECK(cudaFree(weights));
     if (cu_dev) BENCH_CHECK(cudaFree(cu_dev));
   }
 };
@@ -312,12 +354,39 @@ std::unique_ptr<Corpus> MakeCorpus(
   for (int64_t d = 0; d < docs; ++d) c->cu.push_back(c->cu.back() + len(rng));
   const int64_t rows = c->cu.back();
   const int64_t elems = rows * kDim;
-  BENCH_CHECK(cudaMalloc(&c->tokens, elems * maxsimd::DTypeSize(dtype)));
+  const bool plaid = maxsimd::PlaidNbits(dtype) > 0;
+  BENCH_CHECK(
+      cudaMalloc(&c->tokens, plaid ? rows * maxsimd::TokenRowBytes(dtype, kDim)
+                                   : elems * maxsimd::DTypeSize(dtype)));
   BENCH_CHECK(cudaMalloc(&c->cu_dev, c->cu.size() * sizeof(int64_t)));
   BENCH_CHECK(cudaMemcpy(c->cu_dev, c->cu.data(),
                          c->cu.size() * sizeof(int64_t),
                          cudaMemcpyHostToDevice));
-  if (dtype == maxsimd::DType::kInt8) {
+  if (plaid) {
+    // Random residual bytes and centroid ids; centroids ~U(-0.1, 0.1) as
+    // the fp16 corpus's values, bucket weights within +-0.02, scales in
+    // [0.5, 1].
+    const int nb = 1 << maxsimd::PlaidNbits(dtype);
+    BENCH_CHECK(cudaMalloc(&c->scales, rows * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&c->codes, rows * sizeof(int32_t)));
+    BENCH_CHECK(cudaMalloc(&c->centroids_f16,
+                           kPlaidCentroids * kDim * sizeof(uint16_t)));
+    BENCH_CHECK(
+        cudaMalloc(&c->centroids, kPlaidCentroids * kDim * sizeof(float)));
+    BENCH_CHECK(cudaMalloc(&c->weights, nb * sizeof(float)));
+    FillBytes<<<8192, 256, 0, s>>>(static_cast<uint8_t*>(c->tokens),
+                                   rows * maxsimd::TokenRowBytes(dtype, kDim),
+                                   seed);
+    FillCodes<<<8192, 256, 0, s>>>(c->codes, rows, seed + 2, kPlaidCentroids);
+    FillScales<<<8192, 256, 0, s>>>(c->scales, rows, seed + 1, 1.f);
+    FillHalf<<<1024, 256, 0, s>>>(reinterpret_cast<__half*>(c->centroids_f16),
+                                  kPlaidCentroids * kDim, seed + 3, 0.1f);
+    BENCH_CHECK(cudaGetLastError());
+    std::vector<float> w(nb);
+    for (int b = 0; b < nb; ++b) w[b] = -0.02f + 0.04f * (b + 0.5f) / nb;
+    BENCH_CHECK(cudaMemcpy(c->weights, w.data(), nb * sizeof(float),
+                           cudaMemcpyHostToDevice));
+  } else if (dtype == maxsimd::DType::kInt8) {
     // Codes over the whole int8 range with scales of rows ~U(-0.1, 0.1)
     // (max |x| / 127), so scores have the fp16 corpus's magnitudes.
     BENCH_CHECK(cudaMalloc(&c->scales, rows * sizeof(float)));
@@ -342,6 +411,17 @@ std::unique_ptr<Corpus> MakeCorpus(
   v.num_tokens = rows;
   v.dim = kDim;
   v.dtype = dtype;
+  if (plaid) {
+    // The GPU backend reads only the offsets (and tombstones) of the host
+    // view; its PLAID fields, which Search checks for presence, name the
+    // device arrays.
+    v.scales = c->scales;
+    v.codes = c->codes;
+    v.plaid.centroids = c->centroids;
+    v.plaid.centroids_f16 = c->centroids_f16;
+    v.plaid.bucket_weights = c->weights;
+    v.plaid.num_centroids = kPlaidCentroids;
+  }
   c->ref.host = v;
   v.tokens = c->tokens;
   v.scales = c->scales;
@@ -380,6 +460,11 @@ struct Result {
   // (has_speedup false: the twin did not run).
   double speedup = 0;
   bool has_speedup = false;
+  // PLAID shapes: % of the HBM read ceiling on the compressed bytes; for
+  // reranks, ms per query and the speedup over kPlaidRerankBaselineMs.
+  bool plaid = false;
+  double hbm_pct = 0;
+  double ms_per_query = 0, vs_baseline = 0;
 };
 
 struct Shape {
@@ -388,7 +473,8 @@ struct Shape {
   Corpus* corpus;
   int64_t candidates;  // 0: scan
   // Target: kind 0 = none, 1 = % of floor >= value, 2 = gpu ms <= value,
-  // 3 = gpu ms of the fp16 twin (TwinOf) / gpu ms >= value.
+  // 3 = gpu ms of the fp16 twin (TwinOf) / gpu ms >= value, 4 = gpu ms per
+  // query <= value.
   int target_kind;
   double target_value;
 };
@@ -396,12 +482,13 @@ struct Shape {
 // The fp16 shape an `_int8` shape is compared with: its name without the
 // suffix; "" for every other shape.
 std::string TwinOf(const std::string& name) {
-  const std::string suffix = "_int8";
-  if (name.size() <= suffix.size() ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return "";
+  for (const std::string suffix : {"_int8", "_plaid2", "_plaid4"}) {
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return name.substr(0, name.size() - suffix.size());
+    }
   }
-  return name.substr(0, name.size() - suffix.size());
+  return "";
 }
 
 // A host-placed corpus is measured by wall time against the pinned
@@ -506,6 +593,14 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
   r.kernel_ms = Median(kern);
   r.topk_ms = Median(topk_t);
   r.pct = 100.0 * r.floor_ms / (sh.corpus->host ? r.wall_ms : r.gpu_ms);
+  if (maxsimd::PlaidNbits(sh.corpus->dtype) > 0) {
+    r.plaid = true;
+    r.hbm_pct = 100.0 * mem_ms / r.gpu_ms;
+    if (sh.candidates > 0) {
+      r.ms_per_query = r.gpu_ms / sh.nq;
+      r.vs_baseline = kPlaidRerankBaselineMs / r.ms_per_query;
+    }
+  }
   char buf[64];
   if (sh.target_kind == 1) {
     r.has_target = true;
@@ -521,6 +616,11 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
     // Judged once every shape ran (SetSpeedups): not met until then.
     r.has_target = true;
     std::snprintf(buf, sizeof(buf), ">=%.1fx fp16", sh.target_value);
+    r.target = buf;
+  } else if (sh.target_kind == 4) {
+    r.has_target = true;
+    r.met = r.gpu_ms / sh.nq <= sh.target_value;
+    std::snprintf(buf, sizeof(buf), "<=%.3f ms/q", sh.target_value);
     r.target = buf;
   }
   return r;
@@ -548,7 +648,9 @@ void SetSpeedups(const std::vector<Shape>& shapes,
     }
     r.has_speedup = true;
     r.speedup = base->gpu_ms / r.gpu_ms;
-    r.met = sh != shapes.end() && r.speedup >= sh->target_value;
+    if (sh != shapes.end() && sh->target_kind == 3) {
+      r.met = r.speedup >= sh->target_value;
+    }
   }
 }
 
@@ -662,10 +764,35 @@ int main(int argc, char** argv) {
       want_int8 ? MakeCorpus(s, 10000, 1024, 1024, 13, maxsimd::DType::kInt8)
                 : nullptr;
 
+  // PLAID corpora (d = 128): the colbert corpus's documents at 2 and 4
+  // bits, and 25k documents of 300 tokens at 2 bits for the rerank.
+  auto plaid_corpus = [&](const char* part, int64_t docs, uint64_t seed,
+                          int nbits) -> std::unique_ptr<Corpus> {
+    const maxsimd::DType dt = maxsimd::PlaidDType(nbits);
+    if (!any_wanted(part)) return nullptr;
+    if (!backend->SupportsDType(dt, kDim)) {
+      std::printf(
+          "%s shapes skipped: the GPU backend (--kernels %s) has no "
+          "%s kernel at d = %d\n",
+          part, kernels.c_str(), maxsimd::DTypeName(dt), kDim);
+      return nullptr;
+    }
+    return MakeCorpus(s, docs, 300, 300, seed, dt);
+  };
+  auto colbert_plaid2 = plaid_corpus("_plaid2", 100000, 11, 2);
+  auto colbert_plaid4 = plaid_corpus("_plaid4", 100000, 11, 4);
+  auto rerank_plaid = plaid_corpus("plaid_rerank", 25000, 15, 2);
+
   const std::vector<Shape> shapes = {
       {"colbert_rerank_1k", 1, 32, colbert.get(), 1000, 2, 0.040},
       {"colbert_scan_100k", 1, 32, colbert.get(), 0, 1, 95},
       {"colbert_scan_100k_int8", 1, 32, colbert_int8.get(), 0, 3, 1.7},
+      {"colbert_scan_100k_plaid2", 1, 32, colbert_plaid2.get(), 0, 0, 0},
+      {"colbert_scan_100k_plaid4", 1, 32, colbert_plaid4.get(), 0, 0, 0},
+      {"plaid_rerank_25k", 1, 32, rerank_plaid.get(), 4096, 4,
+       kPlaidRerankBaselineMs / 10},
+      {"plaid_rerank_25k_batch16", 16, 32, rerank_plaid.get(), 4096, 4,
+       kPlaidRerankBaselineMs / 10},
       {"colbert_batch64_scan_100k", 64, 32, colbert.get(), 0, 1, 60},
       {"longdoc_rerank_10k", 1, 32, longdoc.get(), 10000, 1, 95},
       {"longdoc_rerank_10k_int8", 1, 32, longdoc_int8.get(), 10000, 3, 1.7},
@@ -687,6 +814,15 @@ int main(int argc, char** argv) {
         "  floor %8.4f ms  %6.1f%%\n",
         r.name.c_str(), r.gpu_ms, r.kernel_ms, r.topk_ms, r.wall_ms, r.floor_ms,
         r.pct);
+    if (r.plaid) {
+      std::printf("  %-27s %.1f%% of HBM read on compressed bytes", "",
+                  r.hbm_pct);
+      if (r.ms_per_query > 0) {
+        std::printf(", %.4f ms/query, %.1fx %.2f ms", r.ms_per_query,
+                    r.vs_baseline, kPlaidRerankBaselineMs);
+      }
+      std::printf("\n");
+    }
     std::fflush(stdout);
   }
   SetSpeedups(shapes, results);
@@ -695,9 +831,21 @@ int main(int argc, char** argv) {
               "gpu_ms", "wall_ms", "GB", "GFLOP", "floor_ms", "%floor / target",
               "met", "vs_fp16");
   for (const Result& r : results) {
-    char speedup[32] = "-";
+    char speedup[96] = "-";
     if (r.has_speedup) {
       std::snprintf(speedup, sizeof(speedup), "%.2fx", r.speedup);
+    }
+    if (r.plaid) {
+      // PLAID: the twin's speedup, % of HBM read, and for reranks the ms
+      // per query against the published PLAID time.
+      char more[64];
+      std::snprintf(more, sizeof(more), " hbm %.1f%%", r.hbm_pct);
+      std::strncat(speedup, more, sizeof(speedup) - std::strlen(speedup) - 1);
+      if (r.ms_per_query > 0) {
+        std::snprintf(more, sizeof(more), " %.4f ms/q %.1fx PLAID",
+                      r.ms_per_query, r.vs_baseline);
+        std::strncat(speedup, more, sizeof(speedup) - std::strlen(speedup) - 1);
+      }
     }
     std::printf(
         "%-27s %10.4f %10.4f %10.3f %10.1f %8.4f %6.1f%% %-11s %-3s %s\n",
@@ -724,16 +872,25 @@ int main(int argc, char** argv) {
       if (r.has_speedup) {
         std::snprintf(speedup, sizeof(speedup), "%.4f", r.speedup);
       }
+      // PLAID shapes: hbm_pct (compressed bytes), and for reranks
+      // ms_per_query and speedup_vs_plaid (kPlaidRerankBaselineMs).
+      char plaid[160] = "";
+      if (r.plaid) {
+        std::snprintf(plaid, sizeof(plaid),
+                      ", \"hbm_pct\": %.2f, \"ms_per_query\": %.5f, "
+                      "\"speedup_vs_plaid\": %.3f",
+                      r.hbm_pct, r.ms_per_query, r.vs_baseline);
+      }
       std::fprintf(
           f,
           "    {\"name\": \"%s\", \"gpu_ms\": %.5f, \"wall_ms\": %.5f, "
           "\"maxsim_ms\": %.5f, \"topk_ms\": %.5f, "
           "\"bytes\": %.0f, \"flops\": %.0f, \"floor_ms\": %.5f, "
           "\"pct_of_floor\": %.2f, \"target\": \"%s\", \"met\": %s, "
-          "\"speedup_vs_fp16\": %s}%s\n",
+          "\"speedup_vs_fp16\": %s%s}%s\n",
           r.name.c_str(), r.gpu_ms, r.wall_ms, r.kernel_ms, r.topk_ms, r.bytes,
           r.flops, r.floor_ms, r.pct, r.target.c_str(),
-          r.has_target ? (r.met ? "true" : "false") : "null", speedup,
+          r.has_target ? (r.met ? "true" : "false") : "null", speedup, plaid,
           i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");
