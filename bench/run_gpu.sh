@@ -108,8 +108,9 @@ run() {
   done
   # The same scoring suites on the mma.sync kernels (the path of widths the
   # TMA kernel does not take); there the int8 suite checks that int8 is
-  # refused, since only the TMA kernels score it.
-  for t in maxsim_scan_test maxsim_gather_test host_stream_test gpu_int8_test; do
+  # refused, since only the TMA kernels score it (PLAID alike).
+  for t in maxsim_scan_test maxsim_gather_test host_stream_test gpu_int8_test \
+    gpu_plaid_test; do
     if MAXSIMD_TEST_KERNELS=mma "$bundle/bin/$t" --gtest_filter="${GTEST_FILTER:-*}" \
       >"$out/$t.mma.log" 2>&1; then
       :

@@ -41,12 +41,13 @@
 // PLAID corpora (Tag Plaid<nbits>) take the int8 path's shape: the copy
 // engine brings the packed residual rows (dim * nbits / 8 bytes) into the
 // compressed ring, the producer copies each row's centroid id and scale
-// beside them, and the same widening warps decode each chunk into the
-// float16 stage: per 16 values, the centroid's float16 values from the
-// codec table in global memory (read through L2), plus the residuals of a
-// shared table built at block start (byte value -> 8 / nbits float16
-// bucket weights). The epilogue scales the columns as for int8. No decoded
-// row is ever written to global memory.
+// beside them, and the widening warps (four with one consumer warpgroup,
+// two with two) decode each chunk into the float16 stage: per 16 values,
+// the centroid's float16 values from the codec table in global memory
+// (read through L2), plus the residuals of a shared table built at block
+// start (byte value -> 8 / nbits float16 bucket weights). The epilogue
+// scales the columns as for int8. No decoded row is ever written to
+// global memory.
 //
 // Every document token is read from HBM once per launch; the query tiles
 // come from L2.
