@@ -7,8 +7,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "index/plaid_train.h"
 #include "index/storage.h"
 #include "kernels/element.h"
+#include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 
@@ -52,6 +54,10 @@ std::vector<SegmentData> SplitByTokens(SegmentData data, int pieces) {
     if (!data.scales.empty()) {
       d.scales.assign(data.scales.begin() + t0,
                       data.scales.begin() + data.cu_seqlens[last]);
+    }
+    if (!data.codes.empty()) {
+      d.codes.assign(data.codes.begin() + t0,
+                     data.codes.begin() + data.cu_seqlens[last]);
     }
     d.ids.assign(std::make_move_iterator(data.ids.begin() + first),
                  std::make_move_iterator(data.ids.begin() + last));
@@ -103,11 +109,31 @@ absl::Status ValidateCorpusConfig(const CorpusConfig& config,
             "; LAYOUT_INT8 stores DTYPE_INT8 (leave storage_dtype unset)"));
       }
       return absl::OkStatus();
-    case Layout::kPlaid:
-      return absl::UnimplementedError(
-          "layout: LAYOUT_PLAID is not served by this version; import a PLAID "
-          "index into a LAYOUT_DENSE or LAYOUT_INT8 corpus instead "
-          "(ImportDocumentsRequest.plaid_dir)");
+    case Layout::kPlaid: {
+      const int nbits = PlaidNbits(config.storage_dtype);
+      if (nbits == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "storage_dtype is ", DTypeName(config.storage_dtype),
+            "; LAYOUT_PLAID stores PLAID rows (leave storage_dtype unset and "
+            "set plaid_nbits)"));
+      }
+      if ((int64_t{config.dim} * nbits) % 8 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plaid_nbits is ", nbits, " and dim ", config.dim,
+                         "; dim x plaid_nbits must be a multiple of 8"));
+      }
+      if (config.plaid_centroids < 0 ||
+          config.plaid_centroids > kMaxPlaidCentroids) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plaid_centroids is ", config.plaid_centroids,
+                         ", must be in [0, ", kMaxPlaidCentroids, "]"));
+      }
+      if (config.quantize_queries) {
+        return absl::InvalidArgumentError(
+            "quantize_queries is set; it is only valid with LAYOUT_INT8");
+      }
+      return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "layout is ", static_cast<int>(config.layout), ", not a known layout"));
@@ -127,18 +153,25 @@ absl::Status CheckBackendServes(const CorpusConfig& config,
   }
   return absl::UnimplementedError(absl::StrCat(
       "layout: ",
-      config.layout == Layout::kInt8 ? "LAYOUT_INT8" : "this layout",
+      config.layout == Layout::kInt8    ? "LAYOUT_INT8"
+      : config.layout == Layout::kPlaid ? "LAYOUT_PLAID"
+                                        : "this layout",
       " needs a backend that scores ", DTypeName(config.storage_dtype),
       " tokens; backend ", backend.name(), " has no kernel for them at dim ",
       config.dim, " (the CPU backend, --cpu, has)"));
 }
 
 int64_t StoredRowBytes(const CorpusConfig& config) {
-  return int64_t{config.dim} *
-             static_cast<int64_t>(DTypeSize(config.storage_dtype)) +
-         (config.storage_dtype == DType::kInt8
-              ? static_cast<int64_t>(sizeof(float))
-              : 0);
+  const DType t = config.storage_dtype;
+  return TokenRowBytes(t, config.dim) +
+         (t == DType::kInt8 ? static_cast<int64_t>(sizeof(float)) : 0) +
+         (PlaidNbits(t) != 0 ? static_cast<int64_t>(sizeof(float) + 4) : 0);
+}
+
+int64_t BuilderRowBytes(const CorpusConfig& config) {
+  return config.layout == Layout::kPlaid
+             ? std::max(StoredRowBytes(config), int64_t{config.dim} * 2)
+             : StoredRowBytes(config);
 }
 
 // ---------------------------------------------------------------------------
@@ -146,10 +179,12 @@ int64_t StoredRowBytes(const CorpusConfig& config) {
 
 CorpusSnapshot::CorpusSnapshot(
     CorpusConfig config, std::vector<std::shared_ptr<const Segment>> segments,
-    std::vector<std::shared_ptr<const TombstoneSet>> tombstones)
+    std::vector<std::shared_ptr<const TombstoneSet>> tombstones,
+    std::shared_ptr<const CorpusCodec> codec)
     : config_(std::move(config)),
       segments_(std::move(segments)),
-      tombstones_(std::move(tombstones)) {
+      tombstones_(std::move(tombstones)),
+      codec_(std::move(codec)) {
   for (size_t s = 0; s < segments_.size(); ++s) {
     const Segment& seg = *segments_[s];
     bytes_ += seg.bytes();
@@ -217,18 +252,29 @@ std::vector<SegmentRef> CorpusSnapshot::SegmentRefs() const {
 // ---------------------------------------------------------------------------
 // DocumentBuilder
 
+namespace {
+
+// The dtype a DocumentBuilder converts rows to: the storage dtype, or
+// float16 for PLAID rows that Corpus::Append compresses.
+DType BuilderDType(const CorpusConfig& config) {
+  return config.layout == Layout::kPlaid ? DType::kFloat16
+                                         : config.storage_dtype;
+}
+
+}  // namespace
+
 DocumentBuilder::DocumentBuilder(const CorpusConfig& config,
                                  const CorpusLimits& limits)
     : config_(config), limits_(limits) {
   data_.dim = config.dim;
-  data_.dtype = config.storage_dtype;
+  data_.dtype = BuilderDType(config);
   data_.cu_seqlens.assign(1, 0);
 }
 
-absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
-                                  const std::vector<int32_t>& token_counts,
-                                  const void* tokens, int64_t num_rows,
-                                  DType dtype, absl::string_view where) {
+absl::Status DocumentBuilder::CheckDocs(
+    const std::vector<std::string>& ids,
+    const std::vector<int32_t>& token_counts, int64_t num_rows,
+    absl::string_view where) {
   if (ids.size() != token_counts.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": ids has ", ids.size(),
@@ -260,6 +306,85 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
         absl::StrCat(where, ": tokens has ", num_rows,
                      " rows but token_counts sum to ", total));
   }
+  return absl::OkStatus();
+}
+
+void DocumentBuilder::CommitDocs(const std::vector<std::string>& ids,
+                                 const std::vector<int32_t>& token_counts) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    data_.ids.push_back(ids[i]);
+    seen_ids_.insert(ids[i]);
+    data_.cu_seqlens.push_back(data_.cu_seqlens.back() + token_counts[i]);
+  }
+}
+
+absl::Status DocumentBuilder::AddPlaid(const std::vector<std::string>& ids,
+                                       const std::vector<int32_t>& token_counts,
+                                       const PlaidCodec& codec,
+                                       const int32_t* codes,
+                                       const uint8_t* residuals,
+                                       int64_t num_rows,
+                                       absl::string_view where) {
+  if (config_.layout != Layout::kPlaid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": compressed PLAID documents go only into a LAYOUT_PLAID "
+                     "corpus"));
+  }
+  if (num_docs() > 0 && !codec_.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the stream already holds dense documents"));
+  }
+  MAXSIMD_RETURN_IF_ERROR(CheckDocs(ids, token_counts, num_rows, where));
+  MAXSIMD_RETURN_IF_ERROR(ValidatePlaidCodec(codec, "codec"));
+  if (codec_.has_value() && !(codec_->centroids == codec.centroids &&
+                              codec_->bucket_weights == codec.bucket_weights &&
+                              codec_->nbits == codec.nbits)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the stream already holds documents of another codec"));
+  }
+  if (codec.dim != config_.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": the codec has dim ", codec.dim,
+                     "; the corpus has dim ", config_.dim));
+  }
+  for (int64_t t = 0; t < num_rows; ++t) {
+    if (codes[t] < 0 || codes[t] >= codec.num_centroids) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": code ", codes[t], " of token ", t, " is outside the ",
+          codec.num_centroids, " centroids [0, ", codec.num_centroids, ")"));
+    }
+  }
+  // The rows keep the codec's nbits; Corpus::Append checks them against
+  // the corpus's.
+  data_.dtype = PlaidDType(codec.nbits);
+  const int64_t row_bytes = TokenRowBytes(data_.dtype, config_.dim);
+  const PlaidRowDecoder decoder(codec.bucket_weights.data(), codec.nbits,
+                                config_.dim);
+  std::vector<float> v(static_cast<size_t>(config_.dim));
+  for (int64_t t = 0; t < num_rows; ++t) {
+    const uint8_t* row = residuals + t * row_bytes;
+    data_.tokens.insert(data_.tokens.end(), row, row + row_bytes);
+    data_.codes.push_back(codes[t]);
+    // As both writers score: every decoded token L2-normalised.
+    decoder.Decode(codec.centroids.data() + int64_t{codes[t]} * config_.dim,
+                   row, v.data());
+    data_.scales.push_back(PlaidInverseNorm(v.data(), config_.dim));
+  }
+  if (!codec_.has_value()) codec_ = codec;
+  CommitDocs(ids, token_counts);
+  return absl::OkStatus();
+}
+
+absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
+                                  const std::vector<int32_t>& token_counts,
+                                  const void* tokens, int64_t num_rows,
+                                  DType dtype, absl::string_view where) {
+  if (codec_.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": the stream already holds compressed PLAID documents"));
+  }
+  MAXSIMD_RETURN_IF_ERROR(CheckDocs(ids, token_counts, num_rows, where));
   // Convert into a scratch area first so a bad value leaves nothing behind.
   const int32_t dim = config_.dim;
   const bool int8 = data_.dtype == DType::kInt8;
@@ -310,11 +435,7 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
       ConvertFromFloat(row.data(), dim, data_.dtype, out);
     }
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    data_.ids.push_back(ids[i]);
-    seen_ids_.insert(ids[i]);
-    data_.cu_seqlens.push_back(data_.cu_seqlens.back() + token_counts[i]);
-  }
+  CommitDocs(ids, token_counts);
   return absl::OkStatus();
 }
 
@@ -322,9 +443,16 @@ SegmentData DocumentBuilder::Take() {
   SegmentData out = std::move(data_);
   data_ = SegmentData();
   data_.dim = config_.dim;
-  data_.dtype = config_.storage_dtype;
+  data_.dtype = BuilderDType(config_);
   data_.cu_seqlens.assign(1, 0);
   seen_ids_.clear();
+  codec_.reset();
+  return out;
+}
+
+std::optional<PlaidCodec> DocumentBuilder::TakeCodec() {
+  std::optional<PlaidCodec> out = std::move(codec_);
+  codec_.reset();
   return out;
 }
 
@@ -364,6 +492,11 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
   MAXSIMD_RETURN_IF_ERROR(ValidateCorpusConfig(config, limits));
   MAXSIMD_RETURN_IF_ERROR(CheckBackendServes(config, *backend));
   const std::vector<StoredSegment>& stored = contents.manifest.segments;
+  std::shared_ptr<const CorpusCodec> codec;
+  if (contents.codec.has_value()) {
+    MAXSIMD_ASSIGN_OR_RETURN(
+        codec, CorpusCodec::Create(std::move(*contents.codec), backend));
+  }
   std::vector<std::shared_ptr<const Segment>> segments;
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones;
   for (size_t i = 0; i < stored.size(); ++i) {
@@ -371,7 +504,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
     MAXSIMD_ASSIGN_OR_RETURN(
         std::shared_ptr<const Segment> segment,
         Segment::Create(std::move(contents.segments[i]), stored[i].base_index,
-                        backend, shard, config.placement));
+                        backend, shard, config.placement, codec));
     std::shared_ptr<const TombstoneSet> dead;
     if (!contents.tombstones[i].empty()) {
       MAXSIMD_ASSIGN_OR_RETURN(
@@ -383,8 +516,12 @@ absl::StatusOr<std::shared_ptr<Corpus>> Corpus::Restore(
   }
   std::shared_ptr<Corpus> corpus(
       new Corpus(config, limits, backend, std::move(store)));
-  corpus->Publish(std::make_shared<CorpusSnapshot>(config, std::move(segments),
-                                                   std::move(tombstones)));
+  {
+    absl::MutexLock write_lock(&corpus->write_mu_);
+    corpus->codec_ = codec;
+  }
+  corpus->Publish(std::make_shared<CorpusSnapshot>(
+      config, std::move(segments), std::move(tombstones), std::move(codec)));
   return corpus;
 }
 
@@ -446,7 +583,7 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
     merged.dtype = config_.storage_dtype;
     merged.cu_seqlens.assign(1, 0);
     const size_t row =
-        static_cast<size_t>(config_.dim) * DTypeSize(merged.dtype);
+        static_cast<size_t>(TokenRowBytes(merged.dtype, config_.dim));
     for (size_t k = begin; k < end; ++k) {
       const SegmentData& d = segs[k]->data();
       const TombstoneSet* dead = base->tombstones(k);
@@ -456,10 +593,15 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
         merged.tokens.insert(merged.tokens.end(),
                              d.tokens.begin() + d.cu_seqlens[doc] * row,
                              d.tokens.begin() + d.cu_seqlens[doc + 1] * row);
-        if (!d.scales.empty()) {  // int8
+        if (!d.scales.empty()) {  // int8, PLAID
           merged.scales.insert(merged.scales.end(),
                                d.scales.begin() + d.cu_seqlens[doc],
                                d.scales.begin() + d.cu_seqlens[doc + 1]);
+        }
+        if (!d.codes.empty()) {  // PLAID
+          merged.codes.insert(merged.codes.end(),
+                              d.codes.begin() + d.cu_seqlens[doc],
+                              d.codes.begin() + d.cu_seqlens[doc + 1]);
         }
         merged.cu_seqlens.push_back(merged.cu_seqlens.back() +
                                     d.cu_seqlens[doc + 1] - d.cu_seqlens[doc]);
@@ -478,7 +620,7 @@ absl::StatusOr<int> Corpus::Compact(const CompactionOptions& options) {
   }
   MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(out_segs),
-                                           std::move(out_dead)));
+                                           std::move(out_dead), codec_));
   return rewritten;
 }
 
@@ -492,7 +634,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> Corpus::NewSegmentLocked(
         {*file, "", base_index, static_cast<int64_t>(data.ids.size()), shard});
   }
   absl::StatusOr<std::shared_ptr<const Segment>> segment = Segment::Create(
-      std::move(data), base_index, backend_, shard, config_.placement);
+      std::move(data), base_index, backend_, shard, config_.placement, codec_);
   if (!segment.ok()) return AbandonLocked(segment.status());
   return segment;
 }
@@ -509,6 +651,145 @@ absl::Status Corpus::CommitLocked(std::vector<StoredSegment> stored) {
 absl::Status Corpus::AbandonLocked(absl::Status s) {
   if (store_ != nullptr) store_->CollectGarbage();
   return s;
+}
+
+namespace {
+
+bool SameCodec(const PlaidCodec& a, const PlaidCodec& b) {
+  return a.dim == b.dim && a.nbits == b.nbits &&
+         a.num_centroids == b.num_centroids && a.centroids == b.centroids &&
+         a.bucket_weights == b.bucket_weights;
+}
+
+// Rows [first, first + n) of float16 `data` as fp32.
+std::vector<float> RowsAsFloat(const SegmentData& data, int64_t first,
+                               int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n * data.dim));
+  ConvertToFloat(data.tokens.data(), data.dtype, first * data.dim, n * data.dim,
+                 out.data());
+  return out;
+}
+
+// Rows this many at a time are widened to fp32 and compressed, so that a
+// large append is never held in fp32.
+constexpr int64_t kCompressRows = int64_t{1} << 16;
+
+}  // namespace
+
+absl::StatusOr<SegmentData> Corpus::CompressLocked(
+    SegmentData data, std::optional<PlaidCodec> codec,
+    std::shared_ptr<const CorpusCodec>* codec_out) {
+  const int nbits = PlaidNbits(config_.storage_dtype);
+  const int64_t rows = data.cu_seqlens.back();
+  std::optional<PlaidCodec> adopt;
+  if (PlaidNbits(data.dtype) != 0) {
+    // Rows compressed elsewhere (an imported PLAID index), with `codec`.
+    if (!codec.has_value()) {
+      return absl::InvalidArgumentError(
+          "Append: compressed PLAID rows came without their codec");
+    }
+    if (codec->nbits != nbits || PlaidNbits(data.dtype) != nbits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plaid_nbits: the documents are compressed with ", codec->nbits,
+          " bits per value; corpus \"", config_.name, "\" stores ", nbits));
+    }
+    if (codec->dim != config_.dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dim: the documents' codec has dim ", codec->dim,
+                       "; corpus \"", config_.name, "\" has ", config_.dim));
+    }
+    if (config_.plaid_centroids != 0 &&
+        codec->num_centroids != config_.plaid_centroids) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plaid_centroids: corpus \"", config_.name, "\" was created for ",
+          config_.plaid_centroids, " centroids; the documents' codec has ",
+          codec->num_centroids));
+    }
+    if (codec_ != nullptr) {
+      if (!SameCodec(codec_->codec(), *codec)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "codec: the documents were compressed with another codec than "
+            "corpus \"",
+            config_.name,
+            "\"'s; import them into a new corpus, or add them as dense "
+            "tokens"));
+      }
+      return data;
+    }
+    MAXSIMD_RETURN_IF_ERROR(ValidatePlaidCodec(*codec, "codec"));
+    adopt = std::move(codec);
+  } else {
+    if (data.dtype != DType::kFloat16 || data.dim != config_.dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Append: a PLAID corpus takes float16 rows to compress, not ",
+          DTypeName(data.dtype)));
+    }
+    if (codec_ == nullptr) {
+      // Train on a uniform sample of the rows.
+      PlaidTrainOptions options;
+      options.nbits = nbits;
+      options.num_centroids = config_.plaid_centroids;
+      const int64_t n = std::min(rows, options.max_sample);
+      std::vector<float> sample(static_cast<size_t>(n * data.dim));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = rows <= n ? i : i * rows / n;
+        const std::vector<float> row = RowsAsFloat(data, r, 1);
+        std::copy(row.begin(), row.end(), sample.begin() + i * data.dim);
+      }
+      absl::StatusOr<PlaidCodec> trained =
+          TrainPlaidCodec(sample.data(), n, data.dim, options);
+      if (!trained.ok()) {
+        return absl::Status(
+            trained.status().code(),
+            absl::StrCat("plaid_centroids: training the codec of corpus \"",
+                         config_.name, "\" on ", n,
+                         " tokens failed: ", trained.status().message()));
+      }
+      adopt = *std::move(trained);
+    }
+  }
+  if (adopt.has_value()) {
+    if (store_ != nullptr) {
+      absl::Status written = store_->WriteCodec(*adopt);
+      if (!written.ok()) return AbandonLocked(written);
+    }
+    absl::StatusOr<std::shared_ptr<const CorpusCodec>> made =
+        CorpusCodec::Create(*std::move(adopt), backend_);
+    if (!made.ok()) return AbandonLocked(made.status());
+    *codec_out = *std::move(made);
+  }
+  if (PlaidNbits(data.dtype) != 0) return data;
+  // Compress the float16 rows with the codec.
+  const PlaidCodec& c = (*codec_out)->codec();
+  SegmentData out;
+  out.dim = data.dim;
+  out.dtype = config_.storage_dtype;
+  out.cu_seqlens = std::move(data.cu_seqlens);
+  out.ids = std::move(data.ids);
+  const int64_t row_bytes = TokenRowBytes(out.dtype, out.dim);
+  out.tokens.resize(static_cast<size_t>(rows * row_bytes));
+  out.codes.resize(static_cast<size_t>(rows));
+  out.scales.assign(static_cast<size_t>(rows), 1.f);
+  const PlaidRowDecoder decoder(c.bucket_weights.data(), nbits, out.dim);
+  std::vector<int64_t> codes;
+  std::vector<float> v(static_cast<size_t>(out.dim));
+  for (int64_t first = 0; first < rows; first += kCompressRows) {
+    const int64_t n = std::min(kCompressRows, rows - first);
+    const std::vector<float> chunk = RowsAsFloat(data, first, n);
+    codes.resize(static_cast<size_t>(n));
+    uint8_t* residuals =
+        reinterpret_cast<uint8_t*>(out.tokens.data()) + first * row_bytes;
+    CompressPlaidEmbeddings(c, chunk.data(), n, codes.data(), residuals);
+    for (int64_t i = 0; i < n; ++i) {
+      out.codes[first + i] = static_cast<int32_t>(codes[i]);
+      if (config_.normalize) {
+        decoder.Decode(c.centroids.data() + codes[i] * out.dim,
+                       residuals + i * row_bytes, v.data());
+        out.scales[first + i] = PlaidInverseNorm(v.data(), out.dim);
+      }
+    }
+  }
+  return out;
 }
 
 absl::Status Corpus::DestroyStorage() {
@@ -529,9 +810,23 @@ void Corpus::Publish(std::shared_ptr<const CorpusSnapshot> snapshot) {
   current_ = std::move(snapshot);
 }
 
-absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
+absl::StatusOr<int64_t> Corpus::Append(SegmentData data,
+                                       std::optional<PlaidCodec> codec) {
   absl::MutexLock write_lock(&write_mu_);
   const std::shared_ptr<const CorpusSnapshot> base = Snapshot();
+  for (const std::string& id : data.ids) {
+    if (base->Find(id)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "ids: \"", id, "\" is already in corpus \"", config_.name, "\""));
+    }
+  }
+  // The codec to publish: the corpus's, or the one this append brings.
+  std::shared_ptr<const CorpusCodec> next_codec = codec_;
+  if (config_.layout == Layout::kPlaid && data.dim == config_.dim &&
+      !data.ids.empty()) {
+    MAXSIMD_ASSIGN_OR_RETURN(
+        data, CompressLocked(std::move(data), std::move(codec), &next_codec));
+  }
   if (data.dim != config_.dim || data.dtype != config_.storage_dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Append: documents have dim ", data.dim, " and dtype ",
@@ -539,16 +834,13 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
         config_.dim, " and dtype ", DTypeName(config_.storage_dtype)));
   }
   const size_t rows = static_cast<size_t>(data.cu_seqlens.back());
-  if (data.scales.size() != (data.dtype == DType::kInt8 ? rows : 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Append: documents have ", data.scales.size(), " scales for ", rows,
-        " ", DTypeName(data.dtype), " token rows"));
-  }
-  for (const std::string& id : data.ids) {
-    if (base->Find(id)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "ids: \"", id, "\" is already in corpus \"", config_.name, "\""));
-    }
+  const bool plaid = PlaidNbits(data.dtype) != 0;
+  if (data.scales.size() != (data.dtype == DType::kInt8 || plaid ? rows : 0) ||
+      data.codes.size() != (plaid ? rows : 0)) {
+    return AbandonLocked(absl::InvalidArgumentError(
+        absl::StrCat("Append: documents have ", data.scales.size(),
+                     " scales and ", data.codes.size(), " codes for ", rows,
+                     " ", DTypeName(data.dtype), " token rows")));
   }
   const int64_t added = static_cast<int64_t>(data.ids.size());
   if (added == 0) return 0;
@@ -572,18 +864,27 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data) {
   std::vector<StoredSegment> stored;
   if (store_ != nullptr) stored = store_->manifest().segments;
   int64_t next = base->next_index();
+  // Segments are made with the codec this append publishes; the corpus
+  // keeps it only once the commit succeeded.
+  std::swap(codec_, next_codec);
   for (size_t i = 0; i < parts.size(); ++i) {
     const int64_t docs = static_cast<int64_t>(parts[i].ids.size());
-    MAXSIMD_ASSIGN_OR_RETURN(
-        std::shared_ptr<const Segment> segment,
-        NewSegmentLocked(std::move(parts[i]), next, order[i], &stored));
+    absl::StatusOr<std::shared_ptr<const Segment>> segment =
+        NewSegmentLocked(std::move(parts[i]), next, order[i], &stored);
+    if (!segment.ok()) {
+      std::swap(codec_, next_codec);
+      return segment.status();
+    }
     next += docs;
-    segments.push_back(std::move(segment));
+    segments.push_back(*std::move(segment));
     tombstones.push_back(nullptr);
   }
-  MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
+  if (absl::Status s = CommitLocked(std::move(stored)); !s.ok()) {
+    std::swap(codec_, next_codec);
+    return s;
+  }
   Publish(std::make_shared<CorpusSnapshot>(config_, std::move(segments),
-                                           std::move(tombstones)));
+                                           std::move(tombstones), codec_));
   return added;
 }
 
@@ -629,7 +930,7 @@ absl::StatusOr<DeleteResult> Corpus::Delete(const std::vector<std::string>& ids,
   }
   MAXSIMD_RETURN_IF_ERROR(CommitLocked(std::move(stored)));
   Publish(std::make_shared<CorpusSnapshot>(config_, base->segments(),
-                                           std::move(tombstones)));
+                                           std::move(tombstones), codec_));
   return result;
 }
 

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "index/plaid_codec.h"
 #include "index/segment.h"
 #include "kernels/backend.h"
 
@@ -32,7 +33,9 @@ namespace maxsimd {
 
 // Storage layouts. Values are part of the manifest format (index/FORMAT.md).
 // kDense stores float16 or bfloat16 tokens; kInt8 stores int8 codes with
-// one fp32 scale per token (kernels/quantize.h); kPlaid is not served yet.
+// one fp32 scale per token (kernels/quantize.h); kPlaid stores a centroid id,
+// a packed residual row and a scale per token, with one codec per corpus
+// (index/plaid_codec.h).
 enum class Layout { kDense, kInt8, kPlaid };
 
 struct CorpusConfig {
@@ -41,16 +44,26 @@ struct CorpusConfig {
   Layout layout = Layout::kDense;
   Placement placement = Placement::kAuto;
   bool normalize = false;
-  // kFloat16 or kBFloat16 for kDense; kInt8 for kInt8.
+  // kFloat16 or kBFloat16 for kDense; kInt8 for kInt8; a PLAID dtype (its
+  // nbits) for kPlaid.
   DType storage_dtype = DType::kFloat16;
   // kInt8 only: queries are quantised like documents instead of rounded to
   // float16 (SearchParams::quantize_queries).
   bool quantize_queries = false;
+  // kPlaid only: the number of centroids to train; 0 picks ColBERT's count
+  // for the first append's size (index/plaid_train.h). A codec that comes
+  // with imported documents must have this many, when set.
+  int64_t plaid_centroids = 0;
 };
 
 // Bytes one stored token row of `config` takes: dim elements of its storage
-// dtype, plus an fp32 scale for the int8 layout.
+// dtype, plus an fp32 scale for the int8 layout; a packed residual row, a
+// centroid id and a scale for the PLAID layout.
 int64_t StoredRowBytes(const CorpusConfig& config);
+
+// Bytes a DocumentBuilder holds per row until the append: the stored row,
+// or for the PLAID layout the float16 row it compresses at the append.
+int64_t BuilderRowBytes(const CorpusConfig& config);
 
 // Limits on what a corpus accepts, from the server's flags.
 struct CorpusLimits {
@@ -65,7 +78,7 @@ struct CorpusLimits {
 };
 
 // Checks a corpus name and configuration; names the field and the limit.
-// INVALID_ARGUMENT for a bad value; UNIMPLEMENTED for layout kPlaid.
+// INVALID_ARGUMENT for a bad value.
 absl::Status ValidateCorpusConfig(const CorpusConfig& config,
                                   const CorpusLimits& limits);
 
@@ -80,9 +93,13 @@ class CorpusSnapshot {
  public:
   CorpusSnapshot(CorpusConfig config,
                  std::vector<std::shared_ptr<const Segment>> segments,
-                 std::vector<std::shared_ptr<const TombstoneSet>> tombstones);
+                 std::vector<std::shared_ptr<const TombstoneSet>> tombstones,
+                 std::shared_ptr<const CorpusCodec> codec = nullptr);
 
   const CorpusConfig& config() const { return config_; }
+  // A PLAID corpus's codec; null for other layouts and before a PLAID
+  // corpus's first documents.
+  const std::shared_ptr<const CorpusCodec>& codec() const { return codec_; }
   const std::vector<std::shared_ptr<const Segment>>& segments() const {
     return segments_;
   }
@@ -117,6 +134,7 @@ class CorpusSnapshot {
   CorpusConfig config_;
   std::vector<std::shared_ptr<const Segment>> segments_;
   std::vector<std::shared_ptr<const TombstoneSet>> tombstones_;
+  std::shared_ptr<const CorpusCodec> codec_;
   int64_t live_docs_ = 0;
   int64_t live_tokens_ = 0;
   int64_t deleted_docs_ = 0;
@@ -127,7 +145,9 @@ class CorpusSnapshot {
 // Accumulates the documents of one AddDocuments stream, converting tokens to
 // the corpus's storage dtype as they arrive (L2-normalised when the corpus
 // asks, then rounded to float16/bfloat16 or, for the int8 layout, quantised
-// per row) so that a large load is never held in fp32.
+// per row) so that a large load is never held in fp32. For the PLAID layout
+// the rows are kept as float16 and Corpus::Append compresses them (after
+// training the codec on them when the corpus has none yet).
 class DocumentBuilder {
  public:
   DocumentBuilder(const CorpusConfig& config, const CorpusLimits& limits);
@@ -142,16 +162,39 @@ class DocumentBuilder {
                    const std::vector<int32_t>& token_counts, const void* tokens,
                    int64_t num_rows, DType dtype, absl::string_view where);
 
+  // Adds documents compressed elsewhere (an imported PLAID index) to a
+  // PLAID corpus's builder: rows of `codec` (its centroid ids `codes` and
+  // packed `residuals`, num_rows of each), kept as they are, each scaled to
+  // unit norm as the PLAID writers score them. A stream takes documents of
+  // one codec, and not mixed with dense ones. The same checks as Add, plus
+  // INVALID_ARGUMENT for a bad codec, a dim other than the corpus's, or a
+  // code outside [0, num_centroids).
+  absl::Status AddPlaid(const std::vector<std::string>& ids,
+                        const std::vector<int32_t>& token_counts,
+                        const PlaidCodec& codec, const int32_t* codes,
+                        const uint8_t* residuals, int64_t num_rows,
+                        absl::string_view where);
+
   int64_t num_docs() const { return static_cast<int64_t>(data_.ids.size()); }
   int64_t num_tokens() const { return data_.cu_seqlens.back(); }
-  // Leaves the builder empty.
+  // Leaves the builder empty. Call TakeCodec() first: Corpus::Append takes
+  // both.
   SegmentData Take();
+  // The codec of documents added by AddPlaid; nullopt otherwise.
+  std::optional<PlaidCodec> TakeCodec();
 
  private:
+  absl::Status CheckDocs(const std::vector<std::string>& ids,
+                         const std::vector<int32_t>& token_counts,
+                         int64_t num_rows, absl::string_view where);
+  void CommitDocs(const std::vector<std::string>& ids,
+                  const std::vector<int32_t>& token_counts);
+
   CorpusConfig config_;
   CorpusLimits limits_;
   SegmentData data_;
   absl::flat_hash_set<std::string> seen_ids_;
+  std::optional<PlaidCodec> codec_;  // AddPlaid's
 };
 
 class CorpusStore;
@@ -205,7 +248,15 @@ class Corpus {
   // ALREADY_EXISTS naming the first id that is live in the corpus,
   // RESOURCE_EXHAUSTED if the backend has no room; on error nothing changes.
   // Returns the number of documents added.
-  absl::StatusOr<int64_t> Append(SegmentData data)
+  //
+  // A PLAID corpus takes float16 rows (DocumentBuilder's), which it
+  // compresses with its codec; a corpus without one first trains it on
+  // these rows. It also takes rows already compressed with `codec`
+  // (imported from a PLAID index): a corpus without a codec adopts it, one
+  // with a codec takes only the same codec. INVALID_ARGUMENT names
+  // plaid_nbits, plaid_centroids or the codec that does not fit.
+  absl::StatusOr<int64_t> Append(SegmentData data,
+                                 std::optional<PlaidCodec> codec = std::nullopt)
       ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
 
   // Tombstones the live documents with these ids, atomically. An unknown id
@@ -247,6 +298,14 @@ class Corpus {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   absl::Status AbandonLocked(absl::Status s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // PLAID: makes float16 rows (or rows compressed with `codec`) into rows
+  // compressed with the corpus's codec, which it trains or adopts (and
+  // writes, with a store) when there is none; *codec_out receives the codec
+  // the segment uses, to publish with it.
+  absl::StatusOr<SegmentData> CompressLocked(
+      SegmentData data, std::optional<PlaidCodec> codec,
+      std::shared_ptr<const CorpusCodec>* codec_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
 
   const CorpusConfig config_;
   const CorpusLimits limits_;
@@ -255,6 +314,8 @@ class Corpus {
   // Null without persistence; its manifest lists the current snapshot's
   // segments in order.
   std::unique_ptr<CorpusStore> store_ ABSL_GUARDED_BY(write_mu_);
+  // PLAID: the codec of every segment, set by the first append.
+  std::shared_ptr<const CorpusCodec> codec_ ABSL_GUARDED_BY(write_mu_);
   mutable absl::Mutex mu_;
   std::shared_ptr<const CorpusSnapshot> current_ ABSL_GUARDED_BY(mu_);
 };

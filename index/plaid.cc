@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -323,8 +324,16 @@ absl::Status DecompressPlaidEmbeddings(const PlaidCodec& codec,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ImportedDocuments> ReadPlaidIndex(const std::string& dir,
-                                                 const PlaidOptions& options) {
+namespace {
+
+// Walks an index: its codec, then every chunk in order with the documents'
+// lengths appended to *cu_seqlens; `take(chunk, first_row)` consumes each
+// chunk's codes and residuals. Ids go to *ids (the passage ids when the
+// options name no file).
+absl::Status WalkPlaidIndex(
+    const std::string& dir, const PlaidOptions& options, PlaidCodec* codec,
+    std::vector<int64_t>* cu_seqlens, std::vector<std::string>* ids,
+    const std::function<absl::Status(Chunk&, int64_t)>& take) {
   MAXSIMD_ASSIGN_OR_RETURN(PlaidWriter writer, DetectPlaidWriter(dir));
   const std::string meta_path = Join(dir, "metadata.json");
   MAXSIMD_ASSIGN_OR_RETURN(JsonValue meta, ReadJsonFile(meta_path));
@@ -332,23 +341,19 @@ absl::StatusOr<ImportedDocuments> ReadPlaidIndex(const std::string& dir,
     return absl::DataLossError(
         absl::StrCat("'", meta_path, "' is not a JSON object"));
   }
-  PlaidCodec codec;
   if (writer == PlaidWriter::kColbert) {
-    MAXSIMD_RETURN_IF_ERROR(LoadColbertCodec(dir, meta, meta_path, &codec));
+    MAXSIMD_RETURN_IF_ERROR(LoadColbertCodec(dir, meta, meta_path, codec));
   } else {
-    MAXSIMD_RETURN_IF_ERROR(LoadFastPlaidCodec(dir, meta, meta_path, &codec));
+    MAXSIMD_RETURN_IF_ERROR(LoadFastPlaidCodec(dir, meta, meta_path, codec));
   }
-  MAXSIMD_RETURN_IF_ERROR(CheckCodec(codec, dir));
+  MAXSIMD_RETURN_IF_ERROR(CheckCodec(*codec, dir));
   MAXSIMD_ASSIGN_OR_RETURN(
       int64_t num_chunks,
       JsonInt(meta, {"num_chunks"}, meta_path, 0, kMaxChunks));
-
-  ImportedDocuments out;
   if (!options.ids.empty()) {
-    MAXSIMD_ASSIGN_OR_RETURN(out.ids, ReadLines(options.ids));
+    MAXSIMD_ASSIGN_OR_RETURN(*ids, ReadLines(options.ids));
   }
-  out.dim = codec.dim;
-  out.cu_seqlens = {0};
+  *cu_seqlens = {0};
   for (int64_t i = 0; i < num_chunks; ++i) {
     const std::string doclens_path =
         Join(dir, absl::StrCat("doclens.", i, ".json"));
@@ -356,7 +361,7 @@ absl::StatusOr<ImportedDocuments> ReadPlaidIndex(const std::string& dir,
     MAXSIMD_ASSIGN_OR_RETURN(std::vector<int64_t> doclens,
                              ParseJsonInt64Array(text, doclens_path));
     Chunk chunk;
-    MAXSIMD_RETURN_IF_ERROR(LoadChunk(writer, dir, i, codec, &chunk));
+    MAXSIMD_RETURN_IF_ERROR(LoadChunk(writer, dir, i, *codec, &chunk));
     int64_t sum = 0;
     bool over = false;
     for (size_t k = 0; k < doclens.size() && !over; ++k) {
@@ -376,33 +381,71 @@ absl::StatusOr<ImportedDocuments> ReadPlaidIndex(const std::string& dir,
     }
     MAXSIMD_RETURN_IF_ERROR(CheckChunkMetadata(
         dir, i, static_cast<int64_t>(doclens.size()), chunk.rows,
-        static_cast<int64_t>(out.cu_seqlens.size()) - 1));
-
-    const int64_t before = out.cu_seqlens.back();
+        static_cast<int64_t>(cu_seqlens->size()) - 1));
+    const int64_t before = cu_seqlens->back();
     if (options.max_token_values > 0 &&
-        (before + chunk.rows) > options.max_token_values / codec.dim) {
+        (before + chunk.rows) > options.max_token_values / codec->dim) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "PLAID index '", dir, "' decompresses to more than ",
           options.max_token_values, " token values (", before + chunk.rows,
-          " embeddings x dim ", codec.dim, " by chunk ", i, ")"));
+          " embeddings x dim ", codec->dim, " by chunk ", i, ")"));
     }
-    out.tokens.resize(static_cast<size_t>((before + chunk.rows) * codec.dim));
-    MAXSIMD_RETURN_IF_ERROR(DecompressPlaidEmbeddings(
-        codec, chunk.codes, chunk.residuals.data(),
-        out.tokens.data() + before * codec.dim, chunk.codes_path));
+    MAXSIMD_RETURN_IF_ERROR(take(chunk, before));
     for (int64_t len : doclens) {
-      out.cu_seqlens.push_back(out.cu_seqlens.back() + len);
+      cu_seqlens->push_back(cu_seqlens->back() + len);
     }
   }
-  const size_t num_docs = out.cu_seqlens.size() - 1;
+  const size_t num_docs = cu_seqlens->size() - 1;
   if (options.ids.empty()) {
-    out.ids.reserve(num_docs);
-    for (size_t k = 0; k < num_docs; ++k) out.ids.push_back(absl::StrCat(k));
-  } else if (out.ids.size() != num_docs) {
+    ids->reserve(num_docs);
+    for (size_t k = 0; k < num_docs; ++k) ids->push_back(absl::StrCat(k));
+  } else if (ids->size() != num_docs) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", options.ids, "' has ", out.ids.size(), " ids but PLAID index '",
-        dir, "' has ", num_docs, " documents"));
+        "'", options.ids, "' has ", ids->size(), " ids but PLAID index '", dir,
+        "' has ", num_docs, " documents"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ImportedDocuments> ReadPlaidIndex(const std::string& dir,
+                                                 const PlaidOptions& options) {
+  ImportedDocuments out;
+  PlaidCodec codec;
+  MAXSIMD_RETURN_IF_ERROR(WalkPlaidIndex(
+      dir, options, &codec, &out.cu_seqlens, &out.ids,
+      [&](Chunk& chunk, int64_t before) {
+        out.tokens.resize(
+            static_cast<size_t>((before + chunk.rows) * codec.dim));
+        return DecompressPlaidEmbeddings(
+            codec, chunk.codes, chunk.residuals.data(),
+            out.tokens.data() + before * codec.dim, chunk.codes_path);
+      }));
+  out.dim = codec.dim;
+  return out;
+}
+
+absl::StatusOr<CompressedPlaidDocuments> ReadPlaidIndexCompressed(
+    const std::string& dir, const PlaidOptions& options) {
+  CompressedPlaidDocuments out;
+  MAXSIMD_RETURN_IF_ERROR(WalkPlaidIndex(
+      dir, options, &out.codec, &out.cu_seqlens, &out.ids,
+      [&](Chunk& chunk, int64_t) -> absl::Status {
+        for (size_t i = 0; i < chunk.codes.size(); ++i) {
+          const int64_t code = chunk.codes[i];
+          if (code < 0 || code >= out.codec.num_centroids) {
+            return absl::DataLossError(absl::StrCat(
+                "'", chunk.codes_path, "': code ", code, " of embedding ", i,
+                " is outside the ", out.codec.num_centroids, " centroids [0, ",
+                out.codec.num_centroids, ")"));
+          }
+          out.codes.push_back(static_cast<int32_t>(code));
+        }
+        out.residuals.insert(out.residuals.end(), chunk.residuals.begin(),
+                             chunk.residuals.end());
+        return absl::OkStatus();
+      }));
   return out;
 }
 

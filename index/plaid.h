@@ -81,6 +81,19 @@ struct PlaidCodec {
   std::vector<float> bucket_cutoffs;
 };
 
+// An index as stored: its codec, each embedding's centroid id and packed
+// residual row, documents in ReadPlaidIndex's order. Codes are checked to
+// be in range (DATA_LOSS naming the codes file otherwise).
+struct CompressedPlaidDocuments {
+  PlaidCodec codec;
+  std::vector<int32_t> codes;
+  std::vector<uint8_t> residuals;  // [codes.size(), dim * nbits / 8]
+  std::vector<int64_t> cu_seqlens;
+  std::vector<std::string> ids;
+};
+absl::StatusOr<CompressedPlaidDocuments> ReadPlaidIndexCompressed(
+    const std::string& dir, const PlaidOptions& options = {});
+
 // Decompresses `n` embeddings into out[n * dim] (see the top of this file).
 // DATA_LOSS naming `codes_name` for a code outside [0, num_centroids).
 // REQUIRES: codec valid (nbits in {1,2,4,8}, sizes as documented);

@@ -217,7 +217,8 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
         segments.push_back({&contents.segments[i], &contents.tombstones[i],
                             s.base_index, s.shard});
       }
-      MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(segments));
+      MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(
+          segments, contents.codec ? &*contents.codec : nullptr));
     }
     return Corpus::Restore(limits_, backend_, std::move(store),
                            std::move(contents));

@@ -1,5 +1,6 @@
 #include "index/segment.h"
 
+#include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
 namespace maxsimd {
@@ -9,9 +10,26 @@ Segment::Segment(SegmentData data, int64_t base_index)
 
 absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     SegmentData data, int64_t base_index, Backend* backend, int shard,
-    Placement placement) {
+    Placement placement, std::shared_ptr<const CorpusCodec> codec) {
+  const int nbits = PlaidNbits(data.dtype);
+  if (nbits != 0) {
+    if (codec == nullptr || codec->nbits() != nbits) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Segment: PLAID rows of nbits ", nbits, " need a codec of nbits ",
+          nbits, codec == nullptr ? "; there is none" : ""));
+    }
+    const int64_t k = codec->codec().num_centroids;
+    for (size_t t = 0; t < data.codes.size(); ++t) {
+      if (data.codes[t] < 0 || data.codes[t] >= k) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Segment: code ", data.codes[t], " of token ", t,
+                         " is outside the codec's ", k, " centroids"));
+      }
+    }
+  }
   std::shared_ptr<Segment> seg(new Segment(std::move(data), base_index));
   seg->shard_ = shard;
+  if (nbits != 0) seg->codec_ = std::move(codec);
   Backend* store = backend->shard(shard);
   seg->rows_.reserve(seg->data_.ids.size());
   for (size_t i = 0; i < seg->data_.ids.size(); ++i) {
@@ -19,17 +37,23 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
   }
   // An empty token array still gets a (zero-byte) buffer so views are valid.
   const SegmentData& d = seg->data_;
-  const bool int8 = d.dtype == DType::kInt8;
+  const bool scaled =
+      !d.scales.empty() || d.dtype == DType::kInt8 || PlaidNbits(d.dtype) != 0;
   auto place = [&](bool pin) -> absl::Status {
     auto put = [&](const void* host, size_t bytes) {
       return pin ? store->Pin(host, bytes) : store->Upload(host, bytes);
     };
     MAXSIMD_ASSIGN_OR_RETURN(seg->resident_tokens_,
                              put(d.tokens.data(), d.tokens.size()));
-    if (int8) {
+    if (scaled) {
       MAXSIMD_ASSIGN_OR_RETURN(
           seg->resident_scales_,
           put(d.scales.data(), d.scales.size() * sizeof(float)));
+    }
+    if (seg->codec_ != nullptr) {
+      MAXSIMD_ASSIGN_OR_RETURN(
+          seg->resident_codes_,
+          put(d.codes.data(), d.codes.size() * sizeof(int32_t)));
     }
     seg->streamed_ = pin;
     return absl::OkStatus();
@@ -40,6 +64,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
       store->StreamsDType(d.dtype)) {
     seg->resident_tokens_.reset();  // what fitted goes back first
     seg->resident_scales_.reset();
+    seg->resident_codes_.reset();
     placed = place(true);
   }
   MAXSIMD_RETURN_IF_ERROR(placed);
@@ -64,7 +89,11 @@ std::optional<int64_t> Segment::Find(absl::string_view id) const {
 SegmentView Segment::HostView(const uint32_t* tombstones) const {
   SegmentView v;
   v.tokens = data_.tokens.data();
-  v.scales = data_.dtype == DType::kInt8 ? data_.scales.data() : nullptr;
+  v.scales = data_.scales.empty() ? nullptr : data_.scales.data();
+  if (codec_ != nullptr) {
+    v.codes = data_.codes.data();
+    v.plaid = codec_->HostTables();
+  }
   v.cu_seqlens = data_.cu_seqlens.data();
   v.tombstones = tombstones;
   v.num_docs = num_docs();
@@ -80,6 +109,10 @@ SegmentView Segment::ResidentView(const uint32_t* tombstones) const {
   v.tokens = resident_tokens_->data();
   if (resident_scales_ != nullptr) {
     v.scales = static_cast<const float*>(resident_scales_->data());
+  }
+  if (codec_ != nullptr) {
+    v.codes = static_cast<const int32_t*>(resident_codes_->data());
+    v.plaid = codec_->ResidentTables(shard_);
   }
   v.cu_seqlens = static_cast<const int64_t*>(resident_cu_seqlens_->data());
   return v;

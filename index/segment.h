@@ -2,7 +2,9 @@
 //
 // A segment holds a run of documents in ragged layout: one packed [T, dim]
 // token array in the corpus's storage dtype plus int64 cu_seqlens offsets
-// (and, for the int8 layout, one fp32 scale per token row), the documents'
+// (and, for the int8 layout, one fp32 scale per token row; for the PLAID
+// layout, packed residual rows with a centroid id and a scale per row and
+// the corpus's codec), the documents'
 // external ids, and a resident copy of the arrays made by the compute
 // backend (device memory for the GPU backend). Deletes never touch a
 // segment: they produce a new TombstoneSet for it, so a reader holding the
@@ -22,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "index/plaid_codec.h"
 #include "kernels/backend.h"
 #include "kernels/types.h"
 
@@ -37,28 +40,37 @@ enum class Placement { kAuto, kGpu, kHost };
 
 // Documents ready to become a segment: validated, (when the corpus asks)
 // L2-normalised, and converted to the storage dtype, or for the int8 layout
-// quantised (kernels/quantize.h).
+// quantised (kernels/quantize.h), or for the PLAID layout compressed
+// (index/plaid_train.h).
 struct SegmentData {
   int32_t dim = 0;
   DType dtype = DType::kFloat16;
-  std::vector<char> tokens;         // [cu_seqlens.back(), dim] of dtype
+  // [cu_seqlens.back()] rows of TokenRowBytes(dtype, dim) bytes.
+  std::vector<char> tokens;
   std::vector<int64_t> cu_seqlens;  // [ids.size() + 1], starts at 0
   std::vector<std::string> ids;     // unique within the segment
-  // dtype kInt8: [cu_seqlens.back()], the scale of each token row; empty
-  // for every other dtype.
+  // dtype kInt8 and PLAID: [cu_seqlens.back()], the scale of each token
+  // row; empty for every other dtype.
   std::vector<float> scales;
+  // PLAID: [cu_seqlens.back()], each token row's centroid id; empty for
+  // every other dtype.
+  std::vector<int32_t> codes;
 };
 
 class Segment {
  public:
   // Places the arrays on shard `shard` of `backend` as `placement` asks
   // and indexes the ids. `base_index` is the internal index of the first
-  // document. An int8 segment's scales go where its tokens go (both
-  // resident, or both pinned and streamed). Errors: RESOURCE_EXHAUSTED when
-  // the shard has no room under that placement (nothing is kept).
+  // document. An int8 or PLAID segment's scales (and codes) go where its
+  // tokens go (both resident, or both pinned and streamed). A PLAID segment
+  // needs `codec` (the corpus's; the segment keeps it alive) and its codes
+  // in range. Errors: RESOURCE_EXHAUSTED when the shard has no room under
+  // that placement (nothing is kept); INVALID_ARGUMENT for a PLAID segment
+  // without a codec of its nbits or with a code out of range.
   static absl::StatusOr<std::shared_ptr<const Segment>> Create(
       SegmentData data, int64_t base_index, Backend* backend, int shard = 0,
-      Placement placement = Placement::kGpu);
+      Placement placement = Placement::kGpu,
+      std::shared_ptr<const CorpusCodec> codec = nullptr);
 
   int64_t base_index() const { return base_index_; }
   int shard() const { return shard_; }
@@ -71,13 +83,15 @@ class Segment {
   }
   int32_t dim() const { return data_.dim; }
   DType dtype() const { return data_.dtype; }
-  // Bytes of token storage (tokens, and int8 scales) and offsets held by
-  // this segment.
+  // Bytes of token storage (tokens, int8 and PLAID scales, PLAID codes) and
+  // offsets held by this segment.
   int64_t bytes() const;
-  // Bytes of tokens and scales: what a host placement streams per search.
+  // Bytes of tokens, scales and codes: what a host placement streams per
+  // search.
   int64_t token_bytes() const {
     return static_cast<int64_t>(data_.tokens.size() +
-                                data_.scales.size() * sizeof(float));
+                                data_.scales.size() * sizeof(float) +
+                                data_.codes.size() * sizeof(int32_t));
   }
   const std::string& id(int64_t doc) const { return data_.ids[doc]; }
   // The host arrays (ids, offsets, tokens in the storage dtype, scales).
@@ -102,7 +116,9 @@ class Segment {
   bool streamed_ = false;
   absl::flat_hash_map<std::string, int64_t> rows_;
   std::unique_ptr<ResidentBuffer> resident_tokens_;
-  std::unique_ptr<ResidentBuffer> resident_scales_;  // int8 only
+  std::unique_ptr<ResidentBuffer> resident_scales_;  // int8 and PLAID only
+  std::unique_ptr<ResidentBuffer> resident_codes_;   // PLAID only
+  std::shared_ptr<const CorpusCodec> codec_;         // PLAID only
   std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;
 };
 

@@ -30,7 +30,8 @@ enum FileKind : uint32_t {
   kSegmentKind = 1,
   kTombstoneKind = 2,
   kManifest = 3,
-  kAliasesKind = 4
+  kAliasesKind = 4,
+  kCodecKind = 5
 };
 constexpr absl::string_view kManifestName = "MANIFEST";
 
@@ -370,10 +371,16 @@ std::string EncodeSegmentFile(const SegmentData& data) {
   f.Block(Tag("ids "), ids);
   f.Block(Tag("toks"),
           absl::string_view(data.tokens.data(), data.tokens.size()));
-  if (data.dtype == DType::kInt8) {
+  const bool plaid = PlaidNbits(data.dtype) != 0;
+  if (data.dtype == DType::kInt8 || plaid) {
     f.Block(Tag("scal"),
             absl::string_view(reinterpret_cast<const char*>(data.scales.data()),
                               data.scales.size() * sizeof(float)));
+  }
+  if (plaid) {
+    f.Block(Tag("code"),
+            absl::string_view(reinterpret_cast<const char*>(data.codes.data()),
+                              data.codes.size() * sizeof(int32_t)));
   }
   return f.Finish();
 }
@@ -384,7 +391,7 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
       std::vector<absl::string_view> b,
       ParseFile(bytes, kSegmentKind,
                 {Tag("meta"), Tag("offs"), Tag("ids "), Tag("toks")}, name,
-                {Tag("scal")}));
+                {Tag("scal"), Tag("code")}));
   SegmentData data;
   Cursor meta(b[0], name, Tag("meta"));
   MAXSIMD_ASSIGN_OR_RETURN(data.dim, meta.Get<int32_t>());
@@ -427,8 +434,14 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
       return ids.Malformed(absl::StrCat("repeats id \"", id, "\""));
     }
   }
-  const uint64_t want = static_cast<uint64_t>(tokens) *
-                        static_cast<uint64_t>(data.dim) * DTypeSize(data.dtype);
+  const int nbits = PlaidNbits(data.dtype);
+  if ((int64_t{data.dim} * nbits) % 8 != 0) {
+    return meta.Malformed(absl::StrCat("has dim ", data.dim, " and nbits ",
+                                       nbits, ", not whole bytes per row"));
+  }
+  const uint64_t want =
+      static_cast<uint64_t>(tokens) *
+      static_cast<uint64_t>(TokenRowBytes(data.dtype, data.dim));
   if (b[3].size() != want) {
     return Cursor(b[3], name, Tag("toks"))
         .Malformed(absl::StrCat("has ", b[3].size(), " bytes; ", tokens,
@@ -436,14 +449,14 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
   }
   data.tokens.assign(b[3].begin(), b[3].end());
   const bool int8 = data.dtype == DType::kInt8;
-  if (int8 != (b.size() == 5)) {
-    return meta.Malformed(
-        absl::StrCat("has storage dtype ", dtype,
-                     int8 ? " but the file has no 'scal' block"
-                          : " but the file has a 'scal' block"));
+  const size_t blocks = int8 ? 5 : nbits != 0 ? 6 : 4;
+  if (b.size() != blocks) {
+    return meta.Malformed(absl::StrCat(
+        "has storage dtype ", dtype, " but the file has ", b.size() - 4,
+        " of the blocks 'scal', 'code'; it needs ", blocks - 4));
   }
-  if (!int8) return data;
-  for (size_t i = 0; i < data.tokens.size(); ++i) {
+  if (!int8 && nbits == 0) return data;
+  for (size_t i = 0; int8 && i < data.tokens.size(); ++i) {
     if (static_cast<int8_t>(data.tokens[i]) == -128) {
       return Cursor(b[3], name, Tag("toks"))
           .Malformed(absl::StrCat("holds int8 code -128 at element ", i,
@@ -464,7 +477,67 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
                                   t, "; scales are finite and >= 0"));
     }
   }
+  if (nbits == 0) return data;
+  if (b[5].size() != static_cast<uint64_t>(tokens) * sizeof(int32_t)) {
+    return Cursor(b[5], name, Tag("code"))
+        .Malformed(absl::StrCat("has ", b[5].size(), " bytes; ", tokens,
+                                " tokens need ", tokens * sizeof(int32_t)));
+  }
+  data.codes.resize(static_cast<size_t>(tokens));
+  std::memcpy(data.codes.data(), b[5].data(), b[5].size());
+  for (size_t t = 0; t < data.codes.size(); ++t) {
+    if (data.codes[t] < 0) {
+      return Cursor(b[5], name, Tag("code"))
+          .Malformed(absl::StrCat("holds code ", data.codes[t], " for token ",
+                                  t, "; codes are >= 0"));
+    }
+  }
   return data;
+}
+
+std::string EncodeCodecFile(const PlaidCodec& codec) {
+  FileBuilder f(kCodecKind);
+  std::string meta;
+  Put<int32_t>(&meta, codec.dim);
+  Put<int32_t>(&meta, codec.nbits);
+  Put<int64_t>(&meta, codec.num_centroids);
+  f.Block(Tag("meta"), meta);
+  auto floats = [](const std::vector<float>& v) {
+    return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                             v.size() * sizeof(float));
+  };
+  f.Block(Tag("cent"), floats(codec.centroids));
+  f.Block(Tag("wght"), floats(codec.bucket_weights));
+  f.Block(Tag("cuts"), floats(codec.bucket_cutoffs));
+  return f.Finish();
+}
+
+absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
+                                           absl::string_view name) {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::vector<absl::string_view> b,
+      ParseFile(bytes, kCodecKind,
+                {Tag("meta"), Tag("cent"), Tag("wght"), Tag("cuts")}, name));
+  PlaidCodec c;
+  Cursor meta(b[0], name, Tag("meta"));
+  MAXSIMD_ASSIGN_OR_RETURN(c.dim, meta.Get<int32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(c.nbits, meta.Get<int32_t>());
+  MAXSIMD_ASSIGN_OR_RETURN(c.num_centroids, meta.Get<int64_t>());
+  MAXSIMD_RETURN_IF_ERROR(meta.ExpectEnd());
+  auto floats = [](absl::string_view p, std::vector<float>* out) {
+    out->resize(p.size() / sizeof(float));
+    std::memcpy(out->data(), p.data(), out->size() * sizeof(float));
+    return p.size() % sizeof(float) == 0;
+  };
+  if (!floats(b[1], &c.centroids) || !floats(b[2], &c.bucket_weights) ||
+      !floats(b[3], &c.bucket_cutoffs)) {
+    return meta.Malformed("has a table that is not whole fp32 values");
+  }
+  if (absl::Status valid = ValidatePlaidCodec(c, "codec"); !valid.ok()) {
+    return meta.Malformed(
+        absl::StrCat("does not describe a codec (", valid.message(), ")"));
+  }
+  return c;
 }
 
 std::string EncodeTombstoneFile(int64_t num_docs,
@@ -520,6 +593,10 @@ std::string EncodeManifest(const Manifest& m) {
   if (m.config.layout == Layout::kInt8) {
     Put<uint8_t>(&conf, m.config.quantize_queries ? 1 : 0);
   }
+  if (m.config.layout == Layout::kPlaid) {
+    Put<int64_t>(&conf, m.config.plaid_centroids);
+    PutString(&conf, m.codec_file);
+  }
   f.Block(Tag("conf"), conf);
   std::string next;
   Put<uint64_t>(&next, m.next_file);
@@ -555,9 +632,14 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
   if (layout == 1) {  // int8
     MAXSIMD_ASSIGN_OR_RETURN(quantize_queries, conf.Get<uint8_t>());
   }
+  if (layout == 2) {  // plaid
+    MAXSIMD_ASSIGN_OR_RETURN(m.config.plaid_centroids, conf.Get<int64_t>());
+    MAXSIMD_ASSIGN_OR_RETURN(m.codec_file, conf.GetString());
+  }
   MAXSIMD_RETURN_IF_ERROR(conf.ExpectEnd());
   if (layout > 2 || placement > 2 || normalize > 1 || quantize_queries > 1 ||
-      (layout == 1) != (dtype == 3)) {
+      (layout == 1) != (dtype == 3) || (layout == 2) != (dtype >= 4) ||
+      m.config.plaid_centroids < 0 || absl::StrContains(m.codec_file, "/")) {
     return conf.Malformed(
         absl::StrCat("has layout ", layout, ", placement ", placement,
                      ", normalize ", normalize, ", storage dtype ", dtype,
@@ -744,6 +826,7 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
   MAXSIMD_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, manifest_path));
   contents->segments.clear();
   contents->tombstones.clear();
+  contents->codec.reset();
   // A file the manifest names: missing is DATA_LOSS saying so.
   auto read_named = [&](absl::string_view what, const std::string& path) {
     absl::StatusOr<std::string> bytes = ReadWholeFile(path);
@@ -754,6 +837,22 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
     }
     return bytes;
   };
+  if (!m.codec_file.empty()) {
+    const std::string path = Join(dir, m.codec_file);
+    MAXSIMD_ASSIGN_OR_RETURN(std::string codec_bytes,
+                             read_named("codec", path));
+    MAXSIMD_ASSIGN_OR_RETURN(PlaidCodec codec,
+                             DecodeCodecFile(codec_bytes, path));
+    if (codec.dim != m.config.dim ||
+        PlaidDType(codec.nbits) != m.config.storage_dtype) {
+      return Loss(path,
+                  absl::StrCat("is a codec of dim ", codec.dim, " and nbits ",
+                               codec.nbits, "; the manifest's corpus differs"));
+    }
+    contents->codec = std::move(codec);
+  } else if (m.config.layout == Layout::kPlaid && !m.segments.empty()) {
+    return Loss(manifest_path, "names PLAID segments but no codec file");
+  }
   for (const StoredSegment& s : m.segments) {
     const std::string path = Join(dir, s.file);
     MAXSIMD_ASSIGN_OR_RETURN(std::string seg_bytes,
@@ -766,6 +865,13 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
                   absl::StrCat("holds ", data.ids.size(), " documents of dim ",
                                data.dim, "; the manifest expects ", s.num_docs,
                                " of dim ", m.config.dim));
+    }
+    for (int32_t code : data.codes) {
+      if (code >= contents->codec->num_centroids) {
+        return Loss(path, absl::StrCat("holds code ", code, " outside the ",
+                                       contents->codec->num_centroids,
+                                       " centroids of its codec"));
+      }
     }
     contents->segments.push_back(std::move(data));
     std::vector<uint32_t> bits;
@@ -801,8 +907,17 @@ absl::StatusOr<std::string> CorpusStore::WriteTombstones(
   return name;
 }
 
+absl::Status CorpusStore::WriteCodec(const PlaidCodec& codec) {
+  std::string name = NewFileName("codec");
+  MAXSIMD_RETURN_IF_ERROR(
+      WriteFileDurably(Join(dir_, name), EncodeCodecFile(codec)));
+  pending_codec_ = std::move(name);
+  return absl::OkStatus();
+}
+
 absl::Status CorpusStore::WriteAndCommit(
-    const std::vector<SegmentToWrite>& segments) {
+    const std::vector<SegmentToWrite>& segments, const PlaidCodec* codec) {
+  if (codec != nullptr) MAXSIMD_RETURN_IF_ERROR(WriteCodec(*codec));
   std::vector<StoredSegment> entries;
   for (const SegmentToWrite& w : segments) {
     StoredSegment e;
@@ -822,16 +937,21 @@ absl::Status CorpusStore::WriteAndCommit(
 absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
   Manifest next = manifest_;
   next.segments = std::move(segments);
+  if (!pending_codec_.empty()) next.codec_file = pending_codec_;
   MAXSIMD_RETURN_IF_ERROR(
       ReplaceFileDurably(Join(dir_, kManifestName), EncodeManifest(next)));
   manifest_ = std::move(next);
+  pending_codec_.clear();
   return absl::OkStatus();
 }
 
 void CorpusStore::CollectGarbage() {
   absl::StatusOr<std::vector<std::string>> names = ListFiles(dir_);
   if (!names.ok()) return;
+  // A codec no commit took is dropped with the write that wrote it.
+  pending_codec_.clear();
   std::set<std::string> keep = {std::string(kManifestName)};
+  if (!manifest_.codec_file.empty()) keep.insert(manifest_.codec_file);
   for (const StoredSegment& s : manifest_.segments) {
     keep.insert(s.file);
     if (!s.tombstones.empty()) keep.insert(s.tombstones);
@@ -853,7 +973,9 @@ absl::Status WriteCorpusDirectory(const std::string& dir,
     segments.push_back({&seg.data(), dead != nullptr ? &dead->bits() : nullptr,
                         seg.base_index(), seg.shard()});
   }
-  absl::Status s = store->WriteAndCommit(segments);
+  absl::Status s = store->WriteAndCommit(
+      segments,
+      snapshot.codec() != nullptr ? &snapshot.codec()->codec() : nullptr);
   if (!s.ok()) (void)RemoveTree(dir);  // ours: Create above made it
   return s;
 }

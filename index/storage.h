@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct Manifest {
   CorpusConfig config;
   uint64_t next_file = 1;
   std::vector<StoredSegment> segments;
+  // PLAID: the codec file; empty before the corpus's first documents.
+  std::string codec_file;
 };
 
 // Encoders and decoders of the three file kinds. `name` only labels error
@@ -47,6 +50,9 @@ struct Manifest {
 std::string EncodeSegmentFile(const SegmentData& data);
 absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
                                               absl::string_view name);
+std::string EncodeCodecFile(const PlaidCodec& codec);
+absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
+                                           absl::string_view name);
 std::string EncodeTombstoneFile(int64_t num_docs,
                                 const std::vector<uint32_t>& bits);
 absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
@@ -74,7 +80,8 @@ absl::Status SyncDirectory(const std::string& dir);
 // The contents of a corpus directory, as Open() read them.
 struct StoredCorpus {
   Manifest manifest;
-  std::vector<SegmentData> segments;              // parallel to manifest
+  std::optional<PlaidCodec> codec;    // PLAID, once it has documents
+  std::vector<SegmentData> segments;  // parallel to manifest
   std::vector<std::vector<uint32_t>> tombstones;  // empty: none
 };
 
@@ -110,9 +117,15 @@ class CorpusStore {
     int64_t base_index = 0;
     int32_t shard = 0;
   };
-  // Writes every segment's files, then commits them as the whole state
-  // (the steps below, for a corpus written at once: a snapshot, a load).
-  absl::Status WriteAndCommit(const std::vector<SegmentToWrite>& segments);
+  // Writes a PLAID codec file (durably); the next Commit names it in the
+  // manifest, and a CollectGarbage before that drops it.
+  absl::Status WriteCodec(const PlaidCodec& codec);
+
+  // Writes every segment's files (and `codec`, if not null), then commits
+  // them as the whole state (the steps below, for a corpus written at once:
+  // a snapshot, a load).
+  absl::Status WriteAndCommit(const std::vector<SegmentToWrite>& segments,
+                              const PlaidCodec* codec = nullptr);
 
   // Steps 2 and 3: makes `segments` the committed state. On error the
   // previous state stays committed (on disk and in manifest()).
@@ -128,6 +141,7 @@ class CorpusStore {
 
   const std::string dir_;
   Manifest manifest_;
+  std::string pending_codec_;  // written, not yet committed
 };
 
 // Writes a complete corpus directory at `dir` (which must not exist; its

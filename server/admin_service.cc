@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "index/importers.h"
+#include "index/plaid.h"
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_decoder.h"
@@ -55,7 +56,26 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
   // Unset: the layout's default. DTYPE_INT8 exists only as a storage
   // dtype (DecodeDType, for input tensors, refuses it);
   // ValidateCorpusConfig checks that the dtype fits the layout.
-  if (r.storage_dtype() == v1::DTYPE_UNSPECIFIED) {
+  if (c.layout != Layout::kPlaid &&
+      (r.plaid_nbits() != 0 || r.plaid_centroids() != 0)) {
+    return absl::InvalidArgumentError(
+        "plaid_nbits and plaid_centroids are only valid with LAYOUT_PLAID");
+  }
+  if (c.layout == Layout::kPlaid) {
+    const int nbits = r.plaid_nbits() == 0 ? 2 : r.plaid_nbits();
+    if (PlaidNbits(PlaidDType(nbits)) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plaid_nbits is ", r.plaid_nbits(), "; must be 1, 2, 4 or 8"));
+    }
+    if (r.storage_dtype() != v1::DTYPE_UNSPECIFIED &&
+        r.storage_dtype() != v1::DTYPE_PLAID) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("storage_dtype is ", v1::DType_Name(r.storage_dtype()),
+                       "; LAYOUT_PLAID stores DTYPE_PLAID (leave it unset)"));
+    }
+    c.storage_dtype = PlaidDType(nbits);
+    c.plaid_centroids = r.plaid_centroids();
+  } else if (r.storage_dtype() == v1::DTYPE_UNSPECIFIED) {
     c.storage_dtype =
         c.layout == Layout::kInt8 ? DType::kInt8 : DType::kFloat16;
   } else if (r.storage_dtype() == v1::DTYPE_INT8) {
@@ -85,6 +105,19 @@ v1::DType ToProto(DType t) {
       return v1::DTYPE_PLAID;
   }
   return v1::DTYPE_UNSPECIFIED;
+}
+
+// Each document's token count from cu_seqlens, clamped to int32 (the
+// builder refuses what is past its limit).
+std::vector<int32_t> TokenCounts(const std::vector<int64_t>& cu_seqlens) {
+  std::vector<int32_t> counts;
+  counts.reserve(cu_seqlens.size());
+  for (size_t i = 0; i + 1 < cu_seqlens.size(); ++i) {
+    const int64_t n = cu_seqlens[i + 1] - cu_seqlens[i];
+    counts.push_back(static_cast<int32_t>(
+        std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
+  }
+  return counts;
 }
 
 // Finishes a unary admin call and records it.
@@ -146,7 +179,7 @@ class AddReactor final
         DecodeTensor(request_.tokens(), corpus_->config().dim, 1,
                      static_cast<int64_t>(request_.ids_size()) * max_doc_tokens,
                      absl::StrCat(where, ": tokens")));
-    const int64_t row_bytes = StoredRowBytes(corpus_->config());
+    const int64_t row_bytes = BuilderRowBytes(corpus_->config());
     if ((builder_->num_tokens() + view.rows) * row_bytes >
         service_->limits().max_stream_bytes) {
       return absl::ResourceExhaustedError(
@@ -203,6 +236,12 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
   info->set_bytes(snap->bytes());
   info->set_streamed_bytes(snap->streamed_bytes());
   info->set_quantize_queries(c.quantize_queries);
+  if (c.layout == Layout::kPlaid) {
+    info->set_plaid_nbits(PlaidNbits(c.storage_dtype));
+    info->set_plaid_centroids(snap->codec() != nullptr
+                                  ? snap->codec()->codec().num_centroids
+                                  : c.plaid_centroids);
+  }
   info->set_num_segments(static_cast<int32_t>(snap->segments().size()));
   info->set_num_deleted(snap->deleted_docs());
   info->set_resident_on(resident_on);
@@ -420,13 +459,35 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
     files.max_token_values =
         limits_.max_stream_bytes / row_bytes * dim +
         limits_.max_stream_bytes % row_bytes * dim / row_bytes;
+    if (!files.plaid_dir.empty() && corpus->config().layout == Layout::kPlaid) {
+      // A PLAID index into a PLAID corpus: kept compressed, with its codec.
+      PlaidOptions options;
+      options.ids = files.ids;
+      options.max_token_values = files.max_token_values;
+      MAXSIMD_ASSIGN_OR_RETURN(
+          CompressedPlaidDocuments docs,
+          ReadPlaidIndexCompressed(files.plaid_dir, options));
+      if (docs.codec.nbits != PlaidNbits(corpus->config().storage_dtype)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plaid_dir: the index has nbits ", docs.codec.nbits, "; corpus \"",
+            corpus->config().name, "\" has plaid_nbits ",
+            PlaidNbits(corpus->config().storage_dtype)));
+      }
+      DocumentBuilder builder(corpus->config(), corpus->limits());
+      MAXSIMD_RETURN_IF_ERROR(builder.AddPlaid(
+          docs.ids, TokenCounts(docs.cu_seqlens), docs.codec, docs.codes.data(),
+          docs.residuals.data(), docs.cu_seqlens.back(), "ImportDocuments"));
+      std::optional<PlaidCodec> codec = builder.TakeCodec();
+      MAXSIMD_ASSIGN_OR_RETURN(
+          int64_t added, corpus->Append(builder.Take(), std::move(codec)));
+      response->set_added(added);
+      DescribeCorpus(*corpus, corpora_->backend()->name(),
+                     response->mutable_corpus());
+      return absl::OkStatus();
+    }
     MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
-    const DType stored = corpus->config().storage_dtype;
     const int64_t rows = docs.cu_seqlens.empty() ? 0 : docs.cu_seqlens.back();
-    const int64_t stored_bytes =
-        static_cast<int64_t>(docs.tokens.size()) *
-            static_cast<int64_t>(DTypeSize(stored)) +
-        (stored == DType::kInt8 ? rows * int64_t{sizeof(float)} : 0);
+    const int64_t stored_bytes = rows * StoredRowBytes(corpus->config());
     if (stored_bytes > limits_.max_stream_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("ImportDocuments: ", stored_bytes,
@@ -438,17 +499,10 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
           "ImportDocuments: the files hold dim ", docs.dim, "; corpus \"",
           corpus->config().name, "\" has dim ", corpus->config().dim));
     }
-    std::vector<int32_t> counts;
-    counts.reserve(docs.ids.size());
-    for (size_t i = 0; i + 1 < docs.cu_seqlens.size(); ++i) {
-      const int64_t n = docs.cu_seqlens[i + 1] - docs.cu_seqlens[i];
-      counts.push_back(static_cast<int32_t>(
-          std::min<int64_t>(n, std::numeric_limits<int32_t>::max())));
-    }
     DocumentBuilder builder(corpus->config(), corpus->limits());
-    MAXSIMD_RETURN_IF_ERROR(builder.Add(docs.ids, counts, docs.tokens.data(),
-                                        docs.cu_seqlens.back(), DType::kFloat32,
-                                        "ImportDocuments"));
+    MAXSIMD_RETURN_IF_ERROR(builder.Add(
+        docs.ids, TokenCounts(docs.cu_seqlens), docs.tokens.data(),
+        docs.cu_seqlens.back(), DType::kFloat32, "ImportDocuments"));
     docs.tokens = std::vector<float>();  // converted into the builder
     MAXSIMD_ASSIGN_OR_RETURN(int64_t added, corpus->Append(builder.Take()));
     response->set_added(added);

@@ -200,9 +200,6 @@ TEST(CorpusConfigTest, ValidatesNameDimLayoutAndDtype) {
   EXPECT_THAT(ValidateCorpusConfig(c, limits),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim")));
   c.dim = 8;
-  c.layout = Layout::kPlaid;
-  EXPECT_THAT(ValidateCorpusConfig(c, limits),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("layout")));
   c.layout = Layout::kDense;
   c.storage_dtype = DType::kFloat32;
   EXPECT_THAT(
@@ -238,11 +235,43 @@ TEST(CorpusConfigTest, Int8TakesTheInt8DtypeAndOnlyItQuantizesQueries) {
   EXPECT_THAT(ValidateCorpusConfig(c, limits),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("quantize_queries")));
-  c.quantize_queries = false;
+}
+
+// LAYOUT_PLAID takes a PLAID dtype whose rows are whole bytes, a centroid
+// count in range, and no quantize_queries; each refusal names its field.
+TEST(CorpusConfigTest, PlaidTakesAPlaidDtypeAndACentroidCount) {
+  CorpusLimits limits;
+  CorpusConfig c;
+  c.name = "p";
+  c.dim = 8;
   c.layout = Layout::kPlaid;
+  for (int nbits : {1, 2, 4, 8}) {
+    c.storage_dtype = PlaidDType(nbits);
+    EXPECT_THAT(ValidateCorpusConfig(c, limits), IsOk()) << nbits;
+  }
+  for (DType other : {DType::kFloat16, DType::kInt8}) {
+    c.storage_dtype = other;
+    EXPECT_THAT(ValidateCorpusConfig(c, limits),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("LAYOUT_PLAID stores PLAID rows")));
+  }
+  c.storage_dtype = DType::kPlaid1;
+  c.dim = 7;
   EXPECT_THAT(ValidateCorpusConfig(c, limits),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("layout: LAYOUT_PLAID is not served")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plaid_nbits is 1 and dim 7")));
+  c.dim = 8;
+  for (int64_t k : {int64_t{-1}, kMaxPlaidCentroids + 1}) {
+    c.plaid_centroids = k;
+    EXPECT_THAT(ValidateCorpusConfig(c, limits),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("plaid_centroids is")));
+  }
+  c.plaid_centroids = 64;
+  c.quantize_queries = true;
+  EXPECT_THAT(ValidateCorpusConfig(c, limits),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("quantize_queries")));
 }
 
 TEST_F(CorpusTest, Int8BuilderQuantisesEveryRowAtAppend) {
@@ -328,9 +357,10 @@ TEST_F(CorpusTest, AppendRefusesScalesThatDoNotFitTheTokens) {
   auto corpus = Corpus::Create(config_, limits_, backend_.get()).value();
   SegmentData d = Docs("a", 2, 3);
   d.scales.pop_back();
-  EXPECT_THAT(corpus->Append(std::move(d)),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("5 scales for 6 int8 token rows")));
+  EXPECT_THAT(
+      corpus->Append(std::move(d)),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("5 scales and 0 codes for 6 int8 token rows")));
   EXPECT_EQ(corpus->Snapshot()->live_docs(), 0);
 }
 

@@ -873,7 +873,8 @@ TEST_F(StorageTest, Int8SegmentFileRoundTripsCodesAndScalesBitForBit) {
   without_scales.pop_back();
   EXPECT_THAT(
       DecodeSegmentFile(Frame(1, without_scales), "f"),
-      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has no 'scal' block")));
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("has 0 of the blocks 'scal', 'code'; it needs 1")));
   auto short_scales = blocks;
   short_scales[4].second.resize(short_scales[4].second.size() - 4);
   EXPECT_THAT(
@@ -900,7 +901,8 @@ TEST_F(StorageTest, Int8SegmentFileRoundTripsCodesAndScalesBitForBit) {
   dense.emplace_back("scal", std::string(4 * 3, '\0'));
   EXPECT_THAT(
       DecodeSegmentFile(Frame(1, dense), "f"),
-      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("has a 'scal' block")));
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("has 1 of the blocks 'scal', 'code'; it needs 0")));
 }
 
 TEST_F(StorageTest, Int8ManifestKeepsQuantizeQueries) {

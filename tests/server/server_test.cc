@@ -294,8 +294,10 @@ TEST_F(ServerTest, AddQueryDeleteQueryMatchesTheReference) {
 }
 
 // CreateCorpus's layout options: LAYOUT_INT8 takes storage_dtype unset or
-// DTYPE_INT8, quantize_queries only goes with it, LAYOUT_PLAID is refused;
-// every refusal names its field, and none leaves a corpus behind.
+// DTYPE_INT8, quantize_queries only goes with it; LAYOUT_PLAID takes
+// plaid_nbits in {1, 2, 4, 8} (0: 2) and refuses another storage_dtype;
+// the plaid fields go only with it. Every refusal names its field, and
+// none leaves a corpus behind.
 TEST_F(ServerTest, Int8LayoutOptionsAreValidatedByName) {
   auto create = [&](v1::Layout layout, v1::DType dtype, bool quantize,
                     v1::CorpusInfo* info) {
@@ -330,10 +332,40 @@ TEST_F(ServerTest, Int8LayoutOptionsAreValidatedByName) {
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(st.error_message(), HasSubstr("quantize_queries"));
   }
-  st = create(v1::LAYOUT_PLAID, v1::DTYPE_UNSPECIFIED, false, &info);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_THAT(st.error_message(), HasSubstr("layout: LAYOUT_PLAID"));
+  st = create(v1::LAYOUT_PLAID, v1::DTYPE_FLOAT16, false, &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("storage_dtype"));
+  auto create_plaid = [&](v1::Layout layout, int nbits, int64_t centroids) {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name("q");
+    req.set_dim(8);
+    req.set_layout(layout);
+    req.set_plaid_nbits(nbits);
+    req.set_plaid_centroids(centroids);
+    info.Clear();
+    return admin_->CreateCorpus(&ctx, req, &info);
+  };
+  for (int bad : {3, -1, 16}) {
+    st = create_plaid(v1::LAYOUT_PLAID, bad, 0);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(st.error_message(), HasSubstr("plaid_nbits is"));
+  }
+  st = create_plaid(v1::LAYOUT_PLAID, 2, -5);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("plaid_centroids is -5"));
+  st = create_plaid(v1::LAYOUT_DENSE, 2, 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("only valid with LAYOUT_PLAID"));
   EXPECT_TRUE(server_->corpora()->List().empty());
+  for (int nbits : {0, 1, 4}) {
+    ASSERT_TRUE(create_plaid(v1::LAYOUT_PLAID, nbits, 16).ok()) << nbits;
+    EXPECT_EQ(info.layout(), v1::LAYOUT_PLAID);
+    EXPECT_EQ(info.storage_dtype(), v1::DTYPE_PLAID);
+    EXPECT_EQ(info.plaid_nbits(), nbits == 0 ? 2 : nbits);
+    EXPECT_EQ(info.plaid_centroids(), 16);
+    ASSERT_TRUE(drop());
+  }
 
   for (v1::DType dtype : {v1::DTYPE_UNSPECIFIED, v1::DTYPE_INT8}) {
     for (bool quantize : {false, true}) {
