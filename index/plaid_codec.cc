@@ -19,8 +19,8 @@ bool AllFinite(const std::vector<float>& v) {
 
 absl::Status ValidatePlaidCodec(const PlaidCodec& c, const char* what) {
   if (PlaidNbits(PlaidDType(c.nbits)) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": nbits is ", c.nbits, "; must be 1, 2, 4 or 8"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": nbits is ", c.nbits, "; must be 1, 2, 4 or 8"));
   }
   if (c.dim < 1 || (int64_t{c.dim} * c.nbits) % 8 != 0) {
     return absl::InvalidArgumentError(

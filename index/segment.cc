@@ -1,5 +1,7 @@
 #include "index/segment.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 
@@ -29,7 +31,20 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
   }
   std::shared_ptr<Segment> seg(new Segment(std::move(data), base_index));
   seg->shard_ = shard;
-  if (nbits != 0) seg->codec_ = std::move(codec);
+  if (nbits != 0) {
+    seg->codec_ = std::move(codec);
+    const SegmentData& d = seg->data_;
+    seg->ivf_.reserve(d.codes.size());
+    for (int64_t doc = 0; doc < seg->num_docs(); ++doc) {
+      for (int64_t t = d.cu_seqlens[doc]; t < d.cu_seqlens[doc + 1]; ++t) {
+        seg->ivf_.push_back({d.codes[t], static_cast<int32_t>(doc)});
+      }
+    }
+    std::sort(seg->ivf_.begin(), seg->ivf_.end());
+    seg->ivf_.erase(std::unique(seg->ivf_.begin(), seg->ivf_.end()),
+                    seg->ivf_.end());
+    seg->ivf_.shrink_to_fit();
+  }
   Backend* store = backend->shard(shard);
   seg->rows_.reserve(seg->data_.ids.size());
   for (size_t i = 0; i < seg->data_.ids.size(); ++i) {

@@ -102,6 +102,21 @@ class Segment {
   // results. Lookups of many ids issue this a few ids ahead.
   void Prefetch(absl::string_view id) const { rows_.prefetch(id); }
 
+  // PLAID: the inverted file, (centroid id, document row) pairs, each
+  // pair once, sorted; the documents with a token in a centroid's cell are
+  // one equal_range. Empty for other layouts.
+  struct IvfEntry {
+    int32_t code = 0;
+    int32_t doc = 0;
+    bool operator<(const IvfEntry& o) const {
+      return code != o.code ? code < o.code : doc < o.doc;
+    }
+    bool operator==(const IvfEntry& o) const {
+      return code == o.code && doc == o.doc;
+    }
+  };
+  const std::vector<IvfEntry>& ivf() const { return ivf_; }
+
   // Views with the given tombstone bitmap (host / resident); either may be
   // null for "nothing deleted".
   SegmentView HostView(const uint32_t* tombstones) const;
@@ -119,6 +134,7 @@ class Segment {
   std::unique_ptr<ResidentBuffer> resident_scales_;  // int8 and PLAID only
   std::unique_ptr<ResidentBuffer> resident_codes_;   // PLAID only
   std::shared_ptr<const CorpusCodec> codec_;         // PLAID only
+  std::vector<IvfEntry> ivf_;                        // PLAID only
   std::unique_ptr<ResidentBuffer> resident_cu_seqlens_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "index/plaid_search.h"
 #include "kernels/element.h"
 #include "kernels/status_macros.h"
 
@@ -76,6 +77,55 @@ absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
   view.data = tensor.data().data();
   return view;
 }
+
+namespace {
+
+// A PLAID corpus's request without candidates: its candidates from
+// PLAID's candidate generation, unless it asks for an exhaustive scan.
+absl::Status GeneratePlaidCandidates(const v1::RerankRequest& req,
+                                     const CorpusSnapshot& snapshot,
+                                     const RequestLimits& limits,
+                                     absl::string_view field,
+                                     DecodedQuery* out) {
+  const CorpusConfig& config = snapshot.config();
+  const bool plaid = config.layout == Layout::kPlaid;
+  if (!req.has_plaid() && !(plaid && out->scan)) return absl::OkStatus();
+  if (!plaid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "plaid"), " is set; corpus \"", config.name,
+                     "\" is not a LAYOUT_PLAID corpus"));
+  }
+  if (!out->scan) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "plaid"),
+                     " is set with candidate_ids; it applies only to a "
+                     "request without them"));
+  }
+  const v1::PlaidSearch& ps = req.plaid();
+  if (ps.exhaustive()) return absl::OkStatus();
+  PlaidSearchParams params = DefaultPlaidSearchParams(out->top_k);
+  if (ps.n_ivf_probe() < 0 || ps.n_ivf_probe() > kMaxIvfProbe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(field, "plaid.n_ivf_probe"), " is ", ps.n_ivf_probe(),
+        "; must be in [1, ", kMaxIvfProbe, "] (0: the default)"));
+  }
+  const int32_t max_full = std::min(kMaxFullScores, limits.max_candidates);
+  if (ps.n_full_scores() < 0 || ps.n_full_scores() > max_full) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(field, "plaid.n_full_scores"), " is ",
+                     ps.n_full_scores(), "; must be in [1, ", max_full,
+                     "] (0: the default; --max_candidates bounds it)"));
+  }
+  if (ps.n_ivf_probe() > 0) params.n_ivf_probe = ps.n_ivf_probe();
+  if (ps.n_full_scores() > 0) params.n_full_scores = ps.n_full_scores();
+  params.n_full_scores = std::min(params.n_full_scores, max_full);
+  out->candidates =
+      PlaidCandidates(snapshot, out->tokens.data(), out->num_tokens, params);
+  out->scan = false;
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
                                          const CorpusSnapshot& snapshot,
@@ -164,6 +214,8 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
     }
     out.candidates.push_back(*ref);
   }
+  MAXSIMD_RETURN_IF_ERROR(
+      GeneratePlaidCandidates(req, snapshot, limits, field, &out));
   return out;
 }
 

@@ -494,8 +494,12 @@ void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
   const SearchParams params = search.Params();
   std::vector<std::vector<ScoredDoc>> results(live.size());
   SearchTiming timing;
+  // A rerank batch without a single candidate (PLAID candidate generation
+  // can find none) ranks nothing: no launch.
+  const bool nothing = rerank && search.candidates.empty();
   const absl::Status status =
-      backend_->Search(params, absl::MakeSpan(results), &timing);
+      nothing ? absl::OkStatus()
+              : backend_->Search(params, absl::MakeSpan(results), &timing);
   const absl::Time end = clock_->Now();
   if (metrics_) metrics_->ObserveBatch(static_cast<int>(live.size()));
   for (size_t i = 0; i < live.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "index/corpus.h"
 #include "index/plaid.h"
+#include "index/plaid_search.h"
 #include "index/storage.h"
 #include "index/synthetic.h"
 #include "kernels/maxsim_cpu.h"
@@ -59,7 +60,8 @@ class PlaidCorpusTest : public ::testing::Test {
     std::vector<int32_t> counts;
     for (size_t i = 0; i + 1 < s.cu_seqlens.size(); ++i) {
       ids.push_back(prefix + std::to_string(i));
-      counts.push_back(static_cast<int32_t>(s.cu_seqlens[i + 1] - s.cu_seqlens[i]));
+      counts.push_back(
+          static_cast<int32_t>(s.cu_seqlens[i + 1] - s.cu_seqlens[i]));
     }
     EXPECT_THAT(b.Add(ids, counts, s.tokens.data(), s.cu_seqlens.back(),
                       DType::kFloat32, "docs"),
@@ -78,9 +80,8 @@ class PlaidCorpusTest : public ::testing::Test {
       batch.AddQuery(GenerateQueryForDocument(s, q * 7, 8, 0.3f, q), 10);
     }
     std::vector<std::vector<ScoredDoc>> got(queries);
-    ASSERT_THAT(
-        backend_->Search(batch.Params(), absl::MakeSpan(got), nullptr),
-        IsOk());
+    ASSERT_THAT(backend_->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+                IsOk());
     const auto want = ReferenceSearch(batch.Params());
     for (int q = 0; q < queries; ++q) {
       EXPECT_EQ(CompareRanking(got[q], want[q], 1e-5), "") << "query " << q;
@@ -93,7 +94,8 @@ class PlaidCorpusTest : public ::testing::Test {
 };
 
 TEST_F(PlaidCorpusTest, FirstAppendTrainsTheCodecLaterOnesReuseIt) {
-  auto corpus = maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
+  auto corpus =
+      maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
   EXPECT_EQ(corpus->Snapshot()->codec(), nullptr);
   const SyntheticCorpus a = Corpus(300, 1);
   ASSERT_THAT(corpus->Append(Docs(a, "a")), IsOk());
@@ -154,9 +156,9 @@ TEST_F(PlaidCorpusTest, CodecCodesAndScalesSurviveReopenCompactionAndSnapshot) {
     merge_all.seal_bytes = int64_t{1} << 30;
     ASSERT_THAT(corpus->Compact(merge_all), IsOk());
     ASSERT_EQ(corpus->Snapshot()->segments().size(), 1u);
-    ASSERT_THAT(WriteCorpusDirectory(absl::StrCat(tmpl, "/snap"),
-                                     *corpus->Snapshot()),
-                IsOk());
+    ASSERT_THAT(
+        WriteCorpusDirectory(absl::StrCat(tmpl, "/snap"), *corpus->Snapshot()),
+        IsOk());
   }
   for (const std::string& from : {dir, absl::StrCat(tmpl, "/snap")}) {
     SCOPED_TRACE(from);
@@ -164,9 +166,8 @@ TEST_F(PlaidCorpusTest, CodecCodesAndScalesSurviveReopenCompactionAndSnapshot) {
     auto store = CorpusStore::Open(from, &contents);
     ASSERT_THAT(store.status(), IsOk());
     ASSERT_TRUE(contents.codec.has_value());
-    auto corpus = maxsimd::Corpus::Restore(limits_, backend_.get(),
-                                           *std::move(store),
-                                           std::move(contents));
+    auto corpus = maxsimd::Corpus::Restore(
+        limits_, backend_.get(), *std::move(store), std::move(contents));
     ASSERT_THAT(corpus.status(), IsOk());
     auto snap = (*corpus)->Snapshot();
     ASSERT_NE(snap->codec(), nullptr);
@@ -202,11 +203,11 @@ TEST_F(PlaidCorpusTest, ImportedIndexKeepsItsRowsAndScoresAsDecompressed) {
       counts.push_back(static_cast<int32_t>(compressed->cu_seqlens[i + 1] -
                                             compressed->cu_seqlens[i]));
     }
-    ASSERT_THAT(builder.AddPlaid(compressed->ids, counts, compressed->codec,
-                                 compressed->codes.data(),
-                                 compressed->residuals.data(),
-                                 compressed->cu_seqlens.back(), "import"),
-                IsOk());
+    ASSERT_THAT(
+        builder.AddPlaid(compressed->ids, counts, compressed->codec,
+                         compressed->codes.data(), compressed->residuals.data(),
+                         compressed->cu_seqlens.back(), "import"),
+        IsOk());
     std::optional<PlaidCodec> codec = builder.TakeCodec();
     ASSERT_THAT(corpus->Append(builder.Take(), codec), IsOk());
     auto snap = corpus->Snapshot();
@@ -218,8 +219,8 @@ TEST_F(PlaidCorpusTest, ImportedIndexKeepsItsRowsAndScoresAsDecompressed) {
     // dot product with the importer's decompressed (normalised) tokens.
     for (int64_t t = 0; t < dense->cu_seqlens.back(); ++t) {
       const float* q = dense->tokens.data() + t * config_.dim;
-      for (int64_t doc = 0; doc + 1 < static_cast<int64_t>(dense->cu_seqlens.size());
-           ++doc) {
+      for (int64_t doc = 0;
+           doc + 1 < static_cast<int64_t>(dense->cu_seqlens.size()); ++doc) {
         double best = -1e30;
         for (int64_t u = dense->cu_seqlens[doc]; u < dense->cu_seqlens[doc + 1];
              ++u) {
@@ -282,7 +283,8 @@ TEST_F(PlaidCorpusTest, BadCodecsAndCodesAreRefusedByNameAndChangeNothing) {
                                    "8")));
     EXPECT_EQ(corpus->Snapshot()->live_docs(), 0);
   }
-  auto corpus = maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
+  auto corpus =
+      maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
   // Codes out of range, and a codec whose tables do not fit.
   std::vector<int32_t> bad_codes = compressed.codes;
   bad_codes[3] = 8;
@@ -324,12 +326,71 @@ TEST_F(PlaidCorpusTest, BadCodecsAndCodesAreRefusedByNameAndChangeNothing) {
 // More centroids than the first append has tokens cannot be trained.
 TEST_F(PlaidCorpusTest, TooManyCentroidsForTheFirstAppendIsRefused) {
   config_.plaid_centroids = 4096;
-  auto corpus = maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
+  auto corpus =
+      maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
   EXPECT_THAT(corpus->Append(Docs(Corpus(10, 5), "a")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("plaid_centroids: training the codec")));
   EXPECT_EQ(corpus->Snapshot()->live_docs(), 0);
   EXPECT_EQ(corpus->Snapshot()->codec(), nullptr);
+}
+
+TEST(PlaidSearchParamsTest, DefaultsFollowColbertByK) {
+  EXPECT_EQ(DefaultPlaidSearchParams(10).n_ivf_probe, 1);
+  EXPECT_EQ(DefaultPlaidSearchParams(10).n_full_scores, 64);
+  EXPECT_EQ(DefaultPlaidSearchParams(11).n_ivf_probe, 2);
+  EXPECT_EQ(DefaultPlaidSearchParams(100).n_full_scores, 256);
+  EXPECT_EQ(DefaultPlaidSearchParams(101).n_ivf_probe, 4);
+  EXPECT_EQ(DefaultPlaidSearchParams(101).n_full_scores, 1024);
+  EXPECT_EQ(DefaultPlaidSearchParams(4000).n_full_scores, 4000);
+}
+
+// Candidate generation finds the exact top-10 on clustered data: ranking
+// its candidates exactly gives (nearly) the exhaustive scan's top 10. It
+// never returns a deleted document, returns at most n_full_scores, and
+// nothing before the corpus has a codec.
+TEST_F(PlaidCorpusTest, CandidateGenerationRecallsTheExhaustiveTopTen) {
+  auto corpus =
+      maxsimd::Corpus::Create(config_, limits_, backend_.get()).value();
+  EXPECT_TRUE(PlaidCandidates(*corpus->Snapshot(), nullptr, 0, {}).empty());
+  const SyntheticCorpus a = Corpus(1500, 11);
+  ASSERT_THAT(corpus->Append(Docs(a, "a")), IsOk());
+  ASSERT_THAT(corpus->Delete({"a0", "a7"}, false), IsOk());
+  auto snap = corpus->Snapshot();
+  int found = 0, total = 0;
+  for (int q = 0; q < 20; ++q) {
+    const std::vector<float> query =
+        GenerateQueryForDocument(a, q * 37, 8, 0.3f, 100 + q);
+    PlaidSearchParams params;
+    params.n_ivf_probe = 2;
+    params.n_full_scores = 128;
+    const std::vector<DocRef> cands =
+        PlaidCandidates(*snap, query.data(), 8, params);
+    ASSERT_LE(cands.size(), 128u);
+    ASSERT_FALSE(cands.empty());
+    for (const DocRef& r : cands) {
+      EXPECT_FALSE(r.segment == 0 && (r.doc == 0 || r.doc == 7));
+    }
+    EXPECT_EQ(PlaidCandidates(*snap, query.data(), 8, params).size(),
+              cands.size());  // deterministic
+    SearchBatch scan;
+    scan.dim = config_.dim;
+    scan.refs = snap->SegmentRefs();
+    scan.AddQuery(query, 10);
+    SearchBatch rerank = scan;
+    rerank.candidates = cands;
+    rerank.cand_offsets = {0, static_cast<int64_t>(cands.size())};
+    std::vector<std::vector<ScoredDoc>> exact(1), got(1);
+    ASSERT_THAT(backend_->Search(scan.Params(), absl::MakeSpan(exact), nullptr),
+                IsOk());
+    ASSERT_THAT(backend_->Search(rerank.Params(), absl::MakeSpan(got), nullptr),
+                IsOk());
+    for (const ScoredDoc& e : exact[0]) {
+      ++total;
+      for (const ScoredDoc& g : got[0]) found += g.index == e.index;
+    }
+  }
+  EXPECT_GE(found, total * 9 / 10) << found << " of " << total;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "index/plaid_search.h"
 #include "index/registry.h"
 #include "index/synthetic.h"
 #include "kernels/maxsim_reference.h"
@@ -755,6 +756,89 @@ TEST(ServerCancelTest, CancelledCallLeavesTheQueueAtOnce) {
       AwaitMetric(metrics, "maxsimd_rejected_total{reason=\"cancelled\"} ", 1));
   EXPECT_EQ(MetricValue(metrics, "maxsimd_corpus_queue_depth{corpus=\"q\"} "),
             0);
+}
+
+// A LAYOUT_PLAID corpus over the wire: documents compressed at append,
+// queries without candidates answered through PLAID candidate generation
+// (the exact ranking of PlaidCandidates' documents), or exhaustively when
+// asked; the plaid fields refused by name where they do not apply.
+TEST_F(ServerTest, PlaidCorpusAnswersThroughCandidateGenerationOrAScan) {
+  {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name("p");
+    req.set_dim(32);
+    req.set_layout(v1::LAYOUT_PLAID);
+    req.set_normalize(true);
+    v1::CorpusInfo info;
+    ASSERT_TRUE(admin_->CreateCorpus(&ctx, req, &info).ok());
+  }
+  ASSERT_TRUE(CreateCorpus("dense", 32).ok());
+  SyntheticCorpusOptions so;
+  so.num_docs = 400;
+  so.dim = 32;
+  so.min_tokens = 4;
+  so.max_tokens = 16;
+  so.num_clusters = 32;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  v1::AddDocumentsResponse added;
+  ASSERT_TRUE(Add("p", synth, 0, 400, 100, &added).ok());
+  EXPECT_EQ(added.corpus().plaid_nbits(), 2);
+  EXPECT_GT(added.corpus().plaid_centroids(), 0);
+  EXPECT_EQ(added.corpus().bytes(),
+            synth.cu_seqlens.back() * (8 + 4 + 4) + 401 * 8);
+  auto snap = server_->corpora()->Get("p").value()->Snapshot();
+  for (int q = 0; q < 6; ++q) {
+    const std::vector<float> tokens =
+        GenerateQueryForDocument(synth, q * 50, 6, 0.2f, q);
+    v1::RerankRequest req = Query("p", tokens, 32, 5);
+    v1::RerankResponse resp;
+    ASSERT_TRUE(Rerank(req, &resp).ok());
+    // The server's candidates, ranked by the oracle.
+    SearchBatch batch;
+    batch.dim = 32;
+    batch.refs = snap->SegmentRefs();
+    batch.AddQuery(tokens, 5);
+    PlaidSearchParams params = DefaultPlaidSearchParams(5);
+    params.n_full_scores = 50;  // --max_candidates bounds it
+    batch.candidates = PlaidCandidates(*snap, tokens.data(), 6, params);
+    batch.cand_offsets = {0, static_cast<int64_t>(batch.candidates.size())};
+    std::vector<std::pair<std::string, float>> want;
+    const auto ranked = ReferenceSearch(batch.Params());
+    for (const ScoredDoc& d : ranked[0]) {
+      want.emplace_back(snap->IdOf(d.index), d.score);
+    }
+    ExpectSameRanking(resp, want);
+    // Exhaustive: the scan, and its best document is the generated one's.
+    req.mutable_plaid()->set_exhaustive(true);
+    v1::RerankResponse scan;
+    ASSERT_TRUE(Rerank(req, &scan).ok());
+    ExpectSameRanking(scan, Expected("p", req));
+    ASSERT_GT(scan.results_size(), 0);
+    ASSERT_GT(resp.results_size(), 0);
+    EXPECT_EQ(scan.results(0).id(), resp.results(0).id());
+  }
+  const std::vector<float> tokens =
+      GenerateQueryForDocument(synth, 1, 2, 0.2f, 9);
+  auto refused = [&](v1::RerankRequest req, const std::string& what) {
+    v1::RerankResponse resp;
+    const grpc::Status st = Rerank(req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_THAT(st.error_message(), HasSubstr(what));
+  };
+  v1::RerankRequest dense = Query("dense", tokens, 32, 5);
+  dense.mutable_plaid()->set_n_ivf_probe(2);
+  refused(dense, "plaid is set; corpus \"dense\" is not a LAYOUT_PLAID");
+  v1::RerankRequest with_ids = Query("p", tokens, 32, 5);
+  with_ids.add_candidate_ids(synth.ids[0]);
+  with_ids.mutable_plaid()->set_n_ivf_probe(2);
+  refused(with_ids, "plaid is set with candidate_ids");
+  v1::RerankRequest probe = Query("p", tokens, 32, 5);
+  probe.mutable_plaid()->set_n_ivf_probe(1025);
+  refused(probe, "plaid.n_ivf_probe is 1025; must be in [1, 1024]");
+  v1::RerankRequest full = Query("p", tokens, 32, 5);
+  full.mutable_plaid()->set_n_full_scores(-1);
+  refused(full, "plaid.n_full_scores is -1");
 }
 
 }  // namespace
