@@ -16,6 +16,13 @@
 //   int8,  quantize_queries false  (queries rounded to fp16)
 //   int8,  quantize_queries true   (queries quantised like documents)
 //   fp16 and bf16 dense            (for comparison)
+//   plaid2, plaid4                 (PLAID residual compression at 2 and 4
+//                                   bits, codec trained on the corpus:
+//                                   every document ranked decompressed,
+//                                   and the PLAID search, i.e. candidate
+//                                   generation with ColBERT's defaults for
+//                                   k, then the candidates ranked exactly;
+//                                   its overlap is the pipeline's recall@k)
 //
 // For each, the table gives the mean top-k overlap with the exact top k
 // (|exact ∩ layout| / k, averaged over queries), the fraction of queries
@@ -29,7 +36,8 @@
 //
 // Usage: fidelity_bench [--docs N] [--queries N] [--min_tokens N]
 //   [--max_tokens N] [--dim N] [--seed N] [--backend cpu|gpu] [--threads N]
-//   [--json PATH] [--min_int8_overlap X] [--layouts int8,fp16,bf16]
+//   [--json PATH] [--min_int8_overlap X]
+//   [--layouts int8,fp16,bf16,plaid2,plaid4]
 //
 // Exit status: 0 after a run; 1 when --min_int8_overlap is set and an int8
 // row misses it or could not be measured, or when the backend or the JSON
@@ -41,6 +49,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -58,6 +67,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "index/corpus.h"
+#include "index/plaid_search.h"
 #include "index/synthetic.h"
 #include "kernels/backend.h"
 #include "kernels/gpu_backend.h"
@@ -86,9 +96,10 @@ ABSL_FLAG(int32_t, threads, 0,
           "Host threads for the exact ranking and the CPU backend (0: one "
           "per hardware thread)");
 ABSL_FLAG(std::string, json, "", "Also write the results here as JSON");
-ABSL_FLAG(std::string, layouts, "int8,fp16,bf16",
+ABSL_FLAG(std::string, layouts, "int8,fp16,bf16,plaid2,plaid4",
           "Layouts to measure, comma-separated: int8 (both query modes), "
-          "fp16, bf16");
+          "fp16, bf16, plaid2, plaid4 (each exhaustive and through PLAID "
+          "candidate generation)");
 ABSL_FLAG(double, min_int8_overlap, 0.0,
           "Exit 1 unless both int8 rows reach this mean top-k overlap (0: no "
           "check)");
@@ -287,6 +298,9 @@ struct LayoutCase {
   Layout layout;
   DType storage;
   bool quantize_queries;
+  // PLAID: rank each query's candidates from PLAID candidate generation
+  // (ColBERT's defaults for k) instead of scanning every document.
+  bool pipeline = false;
 };
 
 struct LayoutResult {
@@ -306,32 +320,37 @@ struct LayoutResult {
 // Builds `c` as the index does, searches every query in batches within the
 // backend's limits and compares each top k with the exact one. exact[q] is
 // query q's exact top 2k (or all documents, if fewer).
+// `index` is the corpus of an earlier case of the same layout and dtype
+// (built here when null, and left for the next case).
 absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
                            const SearchBatch& queries, int32_t k,
                            const std::vector<std::vector<ScoredDoc>>& exact,
-                           Backend* backend, LayoutResult* result) {
+                           Backend* backend, std::shared_ptr<Corpus>& index,
+                           LayoutResult* result) {
   const int64_t num_docs = static_cast<int64_t>(corpus.ids.size());
   auto start = std::chrono::steady_clock::now();
-  CorpusConfig config;
-  config.name = "fidelity";
-  config.dim = corpus.dim;
-  config.layout = c.layout;
-  config.storage_dtype = c.storage;
-  config.quantize_queries = c.quantize_queries;
-  CorpusLimits limits;
-  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> index,
-                           Corpus::Create(config, limits, backend));
-  {
-    std::vector<int32_t> counts(static_cast<size_t>(num_docs));
-    for (int64_t d = 0; d < num_docs; ++d) {
-      counts[d] =
-          static_cast<int32_t>(corpus.cu_seqlens[d + 1] - corpus.cu_seqlens[d]);
+  if (index == nullptr) {
+    CorpusConfig config;
+    config.name = "fidelity";
+    config.dim = corpus.dim;
+    config.layout = c.layout;
+    config.storage_dtype = c.storage;
+    config.quantize_queries = c.quantize_queries;
+    config.normalize = c.layout == Layout::kPlaid;  // the rows are unit already
+    CorpusLimits limits;
+    MAXSIMD_ASSIGN_OR_RETURN(index, Corpus::Create(config, limits, backend));
+    {
+      std::vector<int32_t> counts(static_cast<size_t>(num_docs));
+      for (int64_t d = 0; d < num_docs; ++d) {
+        counts[d] = static_cast<int32_t>(corpus.cu_seqlens[d + 1] -
+                                         corpus.cu_seqlens[d]);
+      }
+      DocumentBuilder builder(config, limits);
+      MAXSIMD_RETURN_IF_ERROR(builder.Add(
+          corpus.ids, counts, corpus.tokens.data(), corpus.cu_seqlens.back(),
+          DType::kFloat32, "fidelity_bench"));
+      MAXSIMD_RETURN_IF_ERROR(index->Append(builder.Take()).status());
     }
-    DocumentBuilder builder(config, limits);
-    MAXSIMD_RETURN_IF_ERROR(builder.Add(
-        corpus.ids, counts, corpus.tokens.data(), corpus.cu_seqlens.back(),
-        DType::kFloat32, "fidelity_bench"));
-    MAXSIMD_RETURN_IF_ERROR(index->Append(builder.Take()).status());
   }
   const std::shared_ptr<const CorpusSnapshot> snap = index->Snapshot();
   result->build_seconds = Seconds(start);
@@ -356,12 +375,22 @@ absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
       return absl::InvalidArgumentError(absl::StrCat(
           "query ", q0, " alone exceeds the backend's batch limits"));
     }
+    if (c.pipeline) batch.cand_offsets = {0};
     for (int32_t q = q0; q < q1; ++q) {
       const float* first =
           queries.tokens.data() + queries.offsets[q] * queries.dim;
       const float* last =
           queries.tokens.data() + queries.offsets[q + 1] * queries.dim;
       batch.AddQuery(std::vector<float>(first, last), queries.top_k[q]);
+      if (c.pipeline) {
+        const std::vector<DocRef> cands = PlaidCandidates(
+            *snap, first, queries.offsets[q + 1] - queries.offsets[q],
+            DefaultPlaidSearchParams(queries.top_k[q]));
+        batch.candidates.insert(batch.candidates.end(), cands.begin(),
+                                cands.end());
+        batch.cand_offsets.push_back(
+            static_cast<int64_t>(batch.candidates.size()));
+      }
     }
     MAXSIMD_RETURN_IF_ERROR(backend->Search(
         batch.Params(), absl::MakeSpan(got).subspan(q0, q1 - q0), nullptr));
@@ -474,9 +503,10 @@ int Run() {
   const std::set<std::string, std::less<>> layouts =
       absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',', absl::SkipEmpty());
   for (const std::string& l : layouts) {
-    if (l != "int8" && l != "fp16" && l != "bf16") {
+    if (l != "int8" && l != "fp16" && l != "bf16" && l != "plaid2" &&
+        l != "plaid4") {
       bad = absl::StrCat("--layouts: unknown layout \"", l,
-                         "\"; choose from int8, fp16, bf16");
+                         "\"; choose from int8, fp16, bf16, plaid2, plaid4");
     }
   }
   if (min_int8 > 0 && layouts.count("int8") == 0) {
@@ -565,18 +595,29 @@ int Run() {
       {"int8", Layout::kInt8, DType::kInt8, true},
       {"fp16", Layout::kDense, DType::kFloat16, false},
       {"bf16", Layout::kDense, DType::kBFloat16, false},
+      {"plaid2", Layout::kPlaid, DType::kPlaid2, false},
+      {"plaid2", Layout::kPlaid, DType::kPlaid2, false, true},
+      {"plaid4", Layout::kPlaid, DType::kPlaid4, false},
+      {"plaid4", Layout::kPlaid, DType::kPlaid4, false, true},
   };
   std::vector<LayoutResult> results;
+  std::map<DType, std::shared_ptr<Corpus>> built;  // by storage dtype
   for (const LayoutCase& c : cases) {
     if (layouts.count(c.name) == 0) continue;
     LayoutResult r;
     r.name = c.name;
     r.is_int8 = c.layout == Layout::kInt8;
-    r.query_mode = !r.is_int8           ? "dense"
-                   : c.quantize_queries ? "int8 (quantised)"
-                                        : "fp16";
+    r.query_mode = c.pipeline                   ? "PLAID search"
+                   : c.layout == Layout::kPlaid ? "exhaustive"
+                   : !r.is_int8                 ? "dense"
+                   : c.quantize_queries         ? "int8 (quantised)"
+                                                : "fp16";
+    // Int8's two query modes are two corpora (the mode is configuration).
+    std::shared_ptr<Corpus> none;
+    std::shared_ptr<Corpus>& index =
+        c.layout == Layout::kPlaid ? built[c.storage] : none;
     const absl::Status s =
-        MeasureLayout(c, corpus, queries, k, exact, backend->get(), &r);
+        MeasureLayout(c, corpus, queries, k, exact, backend->get(), index, &r);
     if (!s.ok()) r.error = s.ToString();
     results.push_back(r);
   }
@@ -668,8 +709,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Top-k overlap of the int8, fp16 and bf16 layouts with the exact fp32 "
-      "ranking on a clustered synthetic corpus.\nUsage: fidelity_bench "
+      "Top-k overlap of the int8, fp16, bf16 and PLAID layouts with the exact "
+      "fp32 ranking on a clustered synthetic corpus.\nUsage: fidelity_bench "
       "[--docs N] [--queries N] [--backend cpu|gpu] [--json PATH] "
       "[--min_int8_overlap X]");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);

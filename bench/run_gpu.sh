@@ -135,7 +135,7 @@ run() {
   echo "benchmark exit code: $bench_rc (table above; JSON in $out/bench.json)"
   echo
   echo "fidelity (exit code $fid_rc; JSON in $out/fidelity.json):"
-  grep -A6 '^layout ' "$out/fidelity.log" || tail -5 "$out/fidelity.log"
+  grep -A9 '^layout ' "$out/fidelity.log" || tail -5 "$out/fidelity.log"
   [[ $failed -eq 0 && $bench_rc -eq 0 ]]
 }
 
