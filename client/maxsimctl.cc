@@ -390,10 +390,24 @@ int RunCreate(const Globals& g, const Flags& f) {
     }
     request.set_storage_dtype(v1::DTYPE_INT8);
     request.set_quantize_queries(f.Bool("quantize-queries"));
+  } else if (layout == "plaid") {
+    request.set_layout(v1::LAYOUT_PLAID);
+    if (!dtype.empty() || f.Bool("quantize-queries")) {
+      return PrintError(UsageError("--dtype and --quantize-queries do not go "
+                                   "with --layout plaid"),
+                        kExitUsage);
+    }
+    absl::StatusOr<int64_t> nbits = ParseInt(f, "plaid-nbits", 1, 8);
+    if (!nbits.ok()) return PrintError(nbits.status(), kExitUsage);
+    absl::StatusOr<int64_t> centroids =
+        ParseInt(f, "plaid-centroids", 0, int64_t{1} << 22);
+    if (!centroids.ok()) return PrintError(centroids.status(), kExitUsage);
+    request.set_plaid_nbits(static_cast<int32_t>(*nbits));
+    request.set_plaid_centroids(*centroids);
   } else {
     return PrintError(
-        UsageError(
-            absl::StrCat("--layout must be dense or int8, got '", layout, "'")),
+        UsageError(absl::StrCat("--layout must be dense, int8 or plaid, got '",
+                                layout, "'")),
         kExitUsage);
   }
   const std::string placement = f.Get("placement");
@@ -920,10 +934,18 @@ const std::vector<CommandDef>& Commands() {
        {{"name", "N", "corpus name ([A-Za-z0-9_.-], 1 to 128 chars)", nullptr,
          true},
         {"dim", "D", "embedding dimension", nullptr, true},
-        {"layout", "dense|int8",
-         "storage layout: dense float16/bfloat16 tokens, or int8 codes with "
-         "one fp32 scale per token (CPU backend only for now)",
+        {"layout", "dense|int8|plaid",
+         "storage layout: dense float16/bfloat16 tokens, int8 codes with "
+         "one fp32 scale per token, or PLAID residual compression (a "
+         "centroid id and nbits per value per token; the codec is trained "
+         "on the first documents added)",
          "dense", false},
+        {"plaid-nbits", "1|2|4|8", "plaid corpora: bits per residual value",
+         "2", false},
+        {"plaid-centroids", "K",
+         "plaid corpora: centroids of the codec (0: ColBERT's count for the "
+         "first documents' size)",
+         "0", false},
         {"dtype", "float16|bfloat16",
          "storage element type of a dense corpus (default float16)", nullptr,
          false},
