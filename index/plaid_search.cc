@@ -31,8 +31,8 @@ namespace {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=haswell", "default")))
 #endif
-std::vector<float> CentroidScores(const PlaidCodec& codec, const float* query,
-                                  int64_t lq) {
+std::vector<float>
+CentroidScores(const PlaidCodec& codec, const float* query, int64_t lq) {
   const int64_t k = codec.num_centroids;
   const int32_t dim = codec.dim;
   std::vector<float> out(static_cast<size_t>(lq * k));
