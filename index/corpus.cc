@@ -822,8 +822,8 @@ absl::StatusOr<int64_t> Corpus::Append(SegmentData data,
   }
   // The codec to publish: the corpus's, or the one this append brings.
   std::shared_ptr<const CorpusCodec> next_codec = codec_;
-  if (config_.layout == Layout::kPlaid && data.dim == config_.dim &&
-      !data.ids.empty()) {
+  if (config_.layout == Layout::kPlaid && data.dim == config_.dim) {
+    if (data.ids.empty()) return 0;  // nothing to compress (or train on)
     MAXSIMD_ASSIGN_OR_RETURN(
         data, CompressLocked(std::move(data), std::move(codec), &next_codec));
   }

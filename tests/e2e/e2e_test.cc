@@ -293,8 +293,12 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
   EXPECT_EQ(
       RunCommand(Ctl("create --name x --dim 64 --quantize-queries 2>&1")).first,
       2);
+  EXPECT_EQ(RunCommand(Ctl("create --name x --dim 64 --layout plaid --dtype "
+                           "float16 2>&1"))
+                .first,
+            2);
   EXPECT_EQ(
-      RunCommand(Ctl("create --name x --dim 64 --layout plaid 2>&1")).first, 2);
+      RunCommand(Ctl("create --name x --dim 64 --layout other 2>&1")).first, 2);
   if (::maxsimd::testing::OnGpu()) {
     auto [rc, out] =
         RunCommand(Ctl("create --name q80 --dim 80 --layout int8 2>&1"));
