@@ -337,9 +337,7 @@ absl::Status DocumentBuilder::AddPlaid(const std::vector<std::string>& ids,
   }
   MAXSIMD_RETURN_IF_ERROR(CheckDocs(ids, token_counts, num_rows, where));
   MAXSIMD_RETURN_IF_ERROR(ValidatePlaidCodec(codec, "codec"));
-  if (codec_.has_value() && !(codec_->centroids == codec.centroids &&
-                              codec_->bucket_weights == codec.bucket_weights &&
-                              codec_->nbits == codec.nbits)) {
+  if (codec_.has_value() && !SamePlaidCodec(*codec_, codec)) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": the stream already holds documents of another codec"));
   }
@@ -655,12 +653,6 @@ absl::Status Corpus::AbandonLocked(absl::Status s) {
 
 namespace {
 
-bool SameCodec(const PlaidCodec& a, const PlaidCodec& b) {
-  return a.dim == b.dim && a.nbits == b.nbits &&
-         a.num_centroids == b.num_centroids && a.centroids == b.centroids &&
-         a.bucket_weights == b.bucket_weights;
-}
-
 // Rows [first, first + n) of float16 `data` as fp32.
 std::vector<float> RowsAsFloat(const SegmentData& data, int64_t first,
                                int64_t n) {
@@ -706,7 +698,7 @@ absl::StatusOr<SegmentData> Corpus::CompressLocked(
           codec->num_centroids));
     }
     if (codec_ != nullptr) {
-      if (!SameCodec(codec_->codec(), *codec)) {
+      if (!SamePlaidCodec(codec_->codec(), *codec)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "codec: the documents were compressed with another codec than "
             "corpus \"",
@@ -733,8 +725,8 @@ absl::StatusOr<SegmentData> Corpus::CompressLocked(
       std::vector<float> sample(static_cast<size_t>(n * data.dim));
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = rows <= n ? i : i * rows / n;
-        const std::vector<float> row = RowsAsFloat(data, r, 1);
-        std::copy(row.begin(), row.end(), sample.begin() + i * data.dim);
+        ConvertToFloat(data.tokens.data(), data.dtype, r * data.dim, data.dim,
+                       sample.data() + i * data.dim);
       }
       absl::StatusOr<PlaidCodec> trained =
           TrainPlaidCodec(sample.data(), n, data.dim, options);

@@ -300,6 +300,21 @@ absl::StatusOr<PlaidWriter> DetectPlaidWriter(const std::string& dir) {
   return pt ? PlaidWriter::kColbert : PlaidWriter::kFastPlaid;
 }
 
+namespace {
+
+// DATA_LOSS naming the codes file for embedding i's code outside
+// [0, num_centroids).
+absl::Status CheckPlaidCode(int64_t code, size_t i, int64_t num_centroids,
+                            absl::string_view codes_name) {
+  if (code >= 0 && code < num_centroids) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("'", codes_name, "': code ", code, " of embedding ", i,
+                   " is outside the ", num_centroids, " centroids [0, ",
+                   num_centroids, ")"));
+}
+
+}  // namespace
+
 absl::Status DecompressPlaidEmbeddings(const PlaidCodec& codec,
                                        const std::vector<int64_t>& codes,
                                        const uint8_t* residuals, float* out,
@@ -309,12 +324,8 @@ absl::Status DecompressPlaidEmbeddings(const PlaidCodec& codec,
   const PlaidRowDecoder decoder(codec.bucket_weights.data(), codec.nbits, dim);
   for (size_t i = 0; i < codes.size(); ++i) {
     const int64_t code = codes[i];
-    if (code < 0 || code >= codec.num_centroids) {
-      return absl::DataLossError(
-          absl::StrCat("'", codes_name, "': code ", code, " of embedding ", i,
-                       " is outside the ", codec.num_centroids,
-                       " centroids [0, ", codec.num_centroids, ")"));
-    }
+    MAXSIMD_RETURN_IF_ERROR(
+        CheckPlaidCode(code, i, codec.num_centroids, codes_name));
     float* v = out + static_cast<int64_t>(i) * dim;
     decoder.Decode(codec.centroids.data() + code * dim,
                    residuals + static_cast<int64_t>(i) * row_bytes, v);
@@ -433,14 +444,9 @@ absl::StatusOr<CompressedPlaidDocuments> ReadPlaidIndexCompressed(
       dir, options, &out.codec, &out.cu_seqlens, &out.ids,
       [&](Chunk& chunk, int64_t) -> absl::Status {
         for (size_t i = 0; i < chunk.codes.size(); ++i) {
-          const int64_t code = chunk.codes[i];
-          if (code < 0 || code >= out.codec.num_centroids) {
-            return absl::DataLossError(absl::StrCat(
-                "'", chunk.codes_path, "': code ", code, " of embedding ", i,
-                " is outside the ", out.codec.num_centroids, " centroids [0, ",
-                out.codec.num_centroids, ")"));
-          }
-          out.codes.push_back(static_cast<int32_t>(code));
+          MAXSIMD_RETURN_IF_ERROR(CheckPlaidCode(
+              chunk.codes[i], i, out.codec.num_centroids, chunk.codes_path));
+          out.codes.push_back(static_cast<int32_t>(chunk.codes[i]));
         }
         out.residuals.insert(out.residuals.end(), chunk.residuals.begin(),
                              chunk.residuals.end());

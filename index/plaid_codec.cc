@@ -50,6 +50,12 @@ absl::Status ValidatePlaidCodec(const PlaidCodec& c, const char* what) {
   return absl::OkStatus();
 }
 
+bool SamePlaidCodec(const PlaidCodec& a, const PlaidCodec& b) {
+  return a.dim == b.dim && a.nbits == b.nbits &&
+         a.num_centroids == b.num_centroids && a.centroids == b.centroids &&
+         a.bucket_weights == b.bucket_weights;
+}
+
 CorpusCodec::CorpusCodec(PlaidCodec codec) : codec_(std::move(codec)) {
   centroids_f16_.reserve(codec_.centroids.size());
   for (float v : codec_.centroids) centroids_f16_.push_back(FloatToHalf(v));
@@ -95,11 +101,6 @@ PlaidTablesView CorpusCodec::ResidentTables(int shard) const {
   v.bucket_weights = static_cast<const float*>(r.weights->data());
   v.num_centroids = codec_.num_centroids;
   return v;
-}
-
-int64_t CorpusCodec::bytes() const {
-  return static_cast<int64_t>(codec_.centroids.size() * 6 +
-                              codec_.bucket_weights.size() * 4);
 }
 
 }  // namespace maxsimd

@@ -25,6 +25,10 @@ namespace maxsimd {
 // `what` and the field.
 absl::Status ValidatePlaidCodec(const PlaidCodec& codec, const char* what);
 
+// Whether two codecs decode every row alike: same shape, centroids and
+// bucket weights (the cutoffs only matter for compressing).
+bool SamePlaidCodec(const PlaidCodec& a, const PlaidCodec& b);
+
 // Most centroids a codec may have.
 inline constexpr int64_t kMaxPlaidCentroids = int64_t{1} << 22;
 
@@ -40,8 +44,6 @@ class CorpusCodec {
   // Tables in host memory, and resident on shard `shard`.
   PlaidTablesView HostTables() const;
   PlaidTablesView ResidentTables(int shard) const;
-  // Bytes of one copy of the tables.
-  int64_t bytes() const;
 
  private:
   explicit CorpusCodec(PlaidCodec codec);

@@ -52,8 +52,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
   }
   // An empty token array still gets a (zero-byte) buffer so views are valid.
   const SegmentData& d = seg->data_;
-  const bool scaled =
-      !d.scales.empty() || d.dtype == DType::kInt8 || PlaidNbits(d.dtype) != 0;
+  const bool scaled = d.dtype == DType::kInt8 || nbits != 0;
   auto place = [&](bool pin) -> absl::Status {
     auto put = [&](const void* host, size_t bytes) {
       return pin ? store->Pin(host, bytes) : store->Upload(host, bytes);

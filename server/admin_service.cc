@@ -467,12 +467,7 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
       MAXSIMD_ASSIGN_OR_RETURN(
           CompressedPlaidDocuments docs,
           ReadPlaidIndexCompressed(files.plaid_dir, options));
-      if (docs.codec.nbits != PlaidNbits(corpus->config().storage_dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "plaid_dir: the index has nbits ", docs.codec.nbits, "; corpus \"",
-            corpus->config().name, "\" has plaid_nbits ",
-            PlaidNbits(corpus->config().storage_dtype)));
-      }
+      // Corpus::Append refuses a codec of other nbits or centroids.
       DocumentBuilder builder(corpus->config(), corpus->limits());
       MAXSIMD_RETURN_IF_ERROR(builder.AddPlaid(
           docs.ids, TokenCounts(docs.cu_seqlens), docs.codec, docs.codes.data(),
