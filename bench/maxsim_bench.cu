@@ -11,6 +11,9 @@
 // queries in the fp16 mode); their bytes are the codes and the scales,
 // their floor as for any resident shape, and their target a speedup over
 // the twin measured in the same run (null when the twin did not run).
+// The `_int8q` shapes are the same int8 corpora with quantised queries,
+// which take the int8 MMA (no widening) at d = 128; their twins are the
+// fp16 shapes too.
 // The `_plaid2` / `_plaid4` scans are the colbert scan's twins over a PLAID
 // corpus (d = 128, 2- or 4-bit residuals, 16384 centroids, random codes and
 // residuals): their bytes are the compressed ones (residual row, 4-byte
@@ -477,12 +480,13 @@ struct Shape {
   // query <= value.
   int target_kind;
   double target_value;
+  bool quantize = false;  // int8: queries quantised (quantize_queries)
 };
 
 // The fp16 shape an `_int8` shape is compared with: its name without the
 // suffix; "" for every other shape.
 std::string TwinOf(const std::string& name) {
-  for (const std::string suffix : {"_int8", "_plaid2", "_plaid4"}) {
+  for (const std::string suffix : {"_int8", "_int8q", "_plaid2", "_plaid4"}) {
     if (name.size() > suffix.size() &&
         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       return name.substr(0, name.size() - suffix.size());
@@ -563,6 +567,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
     p.dim = kDim;
     p.segments = absl::MakeConstSpan(&sh.corpus->ref, 1);
     p.top_k = topk.data();
+    p.quantize_queries = sh.quantize;
     if (sh.candidates > 0) {
       p.candidate_offsets = coff.data();
       p.candidates = cands[set].data();
@@ -787,6 +792,7 @@ int main(int argc, char** argv) {
       {"colbert_rerank_1k", 1, 32, colbert.get(), 1000, 2, 0.040},
       {"colbert_scan_100k", 1, 32, colbert.get(), 0, 1, 95},
       {"colbert_scan_100k_int8", 1, 32, colbert_int8.get(), 0, 3, 1.7},
+      {"colbert_scan_100k_int8q", 1, 32, colbert_int8.get(), 0, 3, 1.7, true},
       {"colbert_scan_100k_plaid2", 1, 32, colbert_plaid2.get(), 0, 0, 0},
       {"colbert_scan_100k_plaid4", 1, 32, colbert_plaid4.get(), 0, 0, 0},
       {"plaid_rerank_25k", 1, 32, rerank_plaid.get(), 4096, 4,
@@ -794,8 +800,12 @@ int main(int argc, char** argv) {
       {"plaid_rerank_25k_batch16", 16, 32, rerank_plaid.get(), 4096, 4,
        kPlaidRerankBaselineMs / 10},
       {"colbert_batch64_scan_100k", 64, 32, colbert.get(), 0, 1, 60},
+      {"colbert_batch64_scan_100k_int8q", 64, 32, colbert_int8.get(), 0, 0, 0,
+       true},
       {"longdoc_rerank_10k", 1, 32, longdoc.get(), 10000, 1, 95},
       {"longdoc_rerank_10k_int8", 1, 32, longdoc_int8.get(), 10000, 3, 1.7},
+      {"longdoc_rerank_10k_int8q", 1, 32, longdoc_int8.get(), 10000, 3, 1.7,
+       true},
       {"medium_rerank_1k", 1, 128, longdoc.get(), 1000, 2, 0.080},
       {"colpali_text_rerank_10k", 1, 32, colpali.get(), 10000, 1, 95},
       {"colpali_page_rerank_1k", 1, 1024, longdoc.get(), 1000, 1, 60},

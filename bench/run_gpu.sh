@@ -146,10 +146,14 @@ sanitize() {
   local filter='GpuScanTest.OneTokenAndEmptyDocuments:GpuScanTest.DeletedDocumentsAreSkipped'
   local rc=0
   for tool in memcheck racecheck; do
-    for t in maxsim_scan_test maxsim_gather_test topk_test; do
+    for t in maxsim_scan_test maxsim_gather_test topk_test gpu_int8_test \
+      gpu_plaid_test; do
       local f=$filter
       [[ $t == maxsim_gather_test ]] && f='GpuGatherTest.DuplicatesAreScoredAsGivenAndDeletedSkipped'
       [[ $t == topk_test ]] && f='GpuTopKTest.KOneHundredAnd4096AndAboveDocumentCount'
+      # Both int8 paths (widened, int8 MMA) and the PLAID decoder.
+      [[ $t == gpu_int8_test ]] && f='GpuInt8Test.ScoresFollowTheStatedFormulasExactly:GpuInt8Test.RerankMatchesReferenceWithDuplicatesAndDeletedCandidates'
+      [[ $t == gpu_plaid_test ]] && f='GpuPlaidTest.ScoresFollowTheStatedFormula:GpuPlaidTest.RerankMatchesReference'
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bundle/bin/$t" \
         --gtest_filter="$f" >"$out/sanitizer_${tool}_$t.log" 2>&1 || rc=1
       echo "$tool $t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_${tool}_$t.log" | tail -1)"

@@ -14,6 +14,7 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_tma_fp16.cu
   maxsim_tma_bf16.cu
   maxsim_tma_int8.cu
+  maxsim_tma_int8mma.cu
   maxsim_tma_plaid1.cu
   maxsim_tma_plaid2.cu
   maxsim_tma_plaid4.cu

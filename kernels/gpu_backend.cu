@@ -833,6 +833,9 @@ absl::Status GpuBackendImpl::RunSearch(
   // PLAID: queries go as float16, as for float16 corpora.
   const DType query_dtype = int8 || plaid ? DType::kFloat16 : dtype;
   const bool q_scaled = int8 && p.quantize_queries;
+  // Int8 with quantised queries at 128 or 256: the int8 MMA, which reads
+  // both operands' codes as float16 rows of half the width (maxsim_tma.h).
+  const bool int8_mma = int8 && TmaInt8UsesMma(dim, p.quantize_queries);
   const int64_t q_scale_rows = q_scaled ? tma.tiles * tma.tile_rows : 0;
   const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
   // Records per gather block: the TMA kernel spreads a small rerank over
@@ -840,7 +843,8 @@ absl::Status GpuBackendImpl::RunSearch(
   // to 64 records; the mma.sync kernel takes one record per warp.
   int64_t per_unit = kGatherRecordsPerTile;
   if (tma.on) {
-    const int64_t slots = int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups);
+    const int64_t slots =
+        int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups, int8_mma ? dim : 0);
     per_unit =
         std::clamp<int64_t>((total_candidates + slots - 1) / slots, 1, 64);
     const int64_t cap_tiles = MaxTiles(options_.limits) - nq;
@@ -886,6 +890,13 @@ absl::Status GpuBackendImpl::RunSearch(
             const float scale = QuantizeInt8Row(src, dim, codes.data());
             // A zero row's codes are zeros: any multiplier gives 0.
             q_scales[tma.place[q] + i] = scale > 0.f ? scale : 1.f;
+            if (int8_mma) {
+              StageTmaQueryRow(reinterpret_cast<const uint16_t*>(codes.data()),
+                               dim / 2, tma.dpad / 2, tma.place[q] + i,
+                               tma.tile_rows,
+                               reinterpret_cast<uint8_t*>(in + cap.query));
+              continue;
+            }
             std::copy(codes.begin(), codes.end(), code_row.begin());
             src = code_row.data();
           }
@@ -911,8 +922,11 @@ absl::Status GpuBackendImpl::RunSearch(
         const int64_t num_tokens =
             buffer ? stream_rows : p.segments[s].resident.num_tokens;
         for (int b = 0; b < 2; ++b) {
-          MAXSIMD_RETURN_IF_ERROR(EncodeTokenMap(dtype, tokens, num_tokens, dim,
-                                                 kTmaBoxRows[b], &slot[b]));
+          MAXSIMD_RETURN_IF_ERROR(
+              int8_mma ? EncodeTokenMap(DType::kFloat16, tokens, num_tokens,
+                                        dim / 2, kTmaBoxRows[b], &slot[b])
+                       : EncodeTokenMap(dtype, tokens, num_tokens, dim,
+                                        kTmaBoxRows[b], &slot[b]));
         }
       }
     } else {
@@ -1309,7 +1323,8 @@ absl::Status GpuBackendImpl::RunSearch(
         // documents, and few enough blocks that each one's pipeline fill
         // is amortised.
         const int64_t slots =
-            int64_t{sm_count_} * TmaBlocksPerSm(tma.warpgroups) * 8;
+            int64_t{sm_count_} *
+            TmaBlocksPerSm(tma.warpgroups, int8_mma ? dim : 0) * 8;
         t.docs_per_unit = std::max<int64_t>(1, (clen + slots - 1) / slots);
         t.scores = w.scores;
         t.score_stride = clen;

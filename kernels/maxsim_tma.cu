@@ -1,6 +1,6 @@
 // TMA MaxSim launcher: the dispatch from run-time (dtype, padded width,
-// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16,int8}.cu
-// and maxsim_tma_plaid{1,2,4}.cu,
+// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16,int8,
+// int8mma}.cu and maxsim_tma_plaid{1,2,4}.cu,
 // plus the host helpers that stage queries and encode tensor maps.
 #include <cudaTypedefs.h>
 
@@ -138,6 +138,25 @@ inline constexpr int kTagPlaidBits = 0;
 template <int kNbits>
 inline constexpr int kTagPlaidBits<detail::Plaid<kNbits>> = kNbits;
 
+// Int8 with quantised queries: the block of the float16 width dim / 2.
+absl::Status DispatchInt8Mma(const TmaLaunchParams& p, cudaStream_t s) {
+  if (p.dpad != TmaPaddedDim(p.dim)) {
+    return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
+                                                   p.dim, " with dpad ", p.dpad,
+                                                   " has no TMA kernel"));
+  }
+  switch (p.dim) {
+    case 128:
+      return DispatchWarpgroups<detail::Int8Mma, 64>(p, s);
+    case 256:
+      return DispatchWarpgroups<detail::Int8Mma, 128>(p, s);
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("LaunchMaxSimTma: dim ", p.dim, " has no int8 MMA kernel"));
+}
+
 template <typename Tag>
 absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
   constexpr bool kInt8 = std::is_same_v<Tag, detail::Int8>;
@@ -182,6 +201,10 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
         "LaunchMaxSimTma: a ", DTypeName(p.dtype),
         " launch needs codes, scales, centroids_f16, bucket_weights and "
         "num_centroids"));
+  }
+  if (p.dtype == DType::kInt8 && p.q_scales != nullptr &&
+      TmaInt8UsesMma(p.dim, true)) {
+    return DispatchInt8Mma(p, stream);
   }
   switch (p.dtype) {
     case DType::kPlaid1:

@@ -40,6 +40,14 @@ inline bool TmaSupportsDim(int32_t dim) {
 inline bool TmaSupportsInt8Dim(int32_t dim) {
   return dim == 64 || dim == 128 || dim == 256;
 }
+// Int8 corpora with quantised queries at these widths take the int8 MMA
+// (no widening): the rows go through the copy engine as float16 rows of
+// dim / 2 elements (EncodeTokenMap(kFloat16, .., dim / 2, ..)), and the
+// query codes are staged the same way (StageTmaQueryRow of dim / 2 16-bit
+// units, dpad / 2). The launch is told by a non-null q_scales.
+inline bool TmaInt8UsesMma(int32_t dim, bool quantized_queries) {
+  return quantized_queries && (dim == 128 || dim == 256);
+}
 // PLAID corpora (decoded to float16 in shared memory): 1, 2 or 4 bits (8
 // bits would need more shared memory than the int8 shape leaves, and
 // PLAID indexes use 1, 2 or 4), at the widths the kernel is compiled for
@@ -66,8 +74,11 @@ inline int32_t TmaTileRows(int32_t warpgroups) {
 inline int32_t TmaMaxTiles(int32_t warpgroups) {
   return warpgroups == 1 ? 1 : 32;
 }
-inline int32_t TmaBlocksPerSm(int32_t warpgroups) {
-  return warpgroups == 1 ? 2 : 1;
+// Blocks per multiprocessor: three for the int8 MMA at d = 128 with one
+// warpgroup (int8_mma_dim: the launch's dim when TmaInt8UsesMma, else 0).
+inline int32_t TmaBlocksPerSm(int32_t warpgroups, int32_t int8_mma_dim = 0) {
+  if (warpgroups != 1) return 1;
+  return int8_mma_dim == 128 ? 3 : 2;
 }
 // Bytes of one staged query tile.
 inline int64_t TmaTileBytes(int32_t warpgroups, int32_t dpad) {

@@ -38,6 +38,15 @@
 // column's scale before the max, and a quantised query's row maxima by the
 // row's scale (kernels/backend.h gives the formulas).
 //
+// Int8 corpora with quantised queries (Tag Int8Mma, widths 128 and 256)
+// need no widening: both operands are int8 codes, so the copy engine brings
+// the rows as it does float16 rows of half the width (the same bytes, the
+// same 128-byte swizzle) and the int8 MMA (k = 32, so a k-step spans the
+// same 32 bytes) reads them where they land. The block is the float16
+// block of width dim / 2 in every byte count; the producer adds each
+// chunk's scales, and the epilogue turns each int32 cell into fp32 times its
+// column's scale (row scales as for Int8).
+//
 // PLAID corpora (Tag Plaid<nbits>) take the int8 path's shape: the copy
 // engine brings the packed residual rows (dim * nbits / 8 bytes) into the
 // compressed ring, the producer copies each row's centroid id and scale
@@ -102,11 +111,25 @@ struct TmaChunkHeader {
 // compressed rows and their scales (and PLAID centroid ids); two widening
 // warps turn each chunk into one float16 stage of the layout above, which
 // the MMAs read.
-template <int kDP, int kWG, bool kI8_ = false, int kPlaidBits_ = 0>
+//
+// kS8_: an int8 corpus with quantised queries (Int8Mma), not widened; kDP is
+// then half the embedding width (the row's bytes / 2).
+template <int kDP, int kWG, bool kI8_ = false, int kPlaidBits_ = 0,
+          bool kS8_ = false>
 struct TmaShape {
   static constexpr bool kI8 = kI8_;
   static constexpr int kPlaidBits = kPlaidBits_;
+  static constexpr bool kS8 = kS8_;
+  // Int8Mma at d = 128 with one warpgroup: its epilogue (an int -> fp32
+  // conversion and a scale per cell, twice the tokens per byte of float16)
+  // bounds a memory-bound scan, so three blocks per multiprocessor run
+  // three epilogues at once: 128-token chunks in three 16 KB stages
+  // (bench/NOTES.md, v10). Must agree with TmaBlocksPerSm.
+  static constexpr bool kThreeBlocks = kS8 && kWG == 1 && kDP == 64;
+  static constexpr int kMinBlocks = kWG == 1 ? (kThreeBlocks ? 3 : 2) : 1;
   static constexpr bool kWidened = kI8 || kPlaidBits > 0;
+  // Chunks carry an fp32 scale per row (copied beside the rows).
+  static constexpr bool kScaled = kWidened || kS8;
   // Bytes of one compressed row: an int8 row, or a packed residual row.
   static constexpr int kRawRowBytes = kI8 ? kDP : kDP * kPlaidBits / 8;
   static constexpr int kHalves = kDP / 64;  // 128-byte swizzle rows per row
@@ -118,14 +141,15 @@ struct TmaShape {
   // widening warps leave no registers for two), and where shared memory
   // allows two float16 stages, so that widening the next chunk overlaps
   // the MMAs and the epilogue of this one.
-  static constexpr int kN = kWG == 1
-                                ? (kWidened && kDP == 64 ? 128 : 16384 / kDP)
-                                : (kDP == 256 ? 64 : 256);
+  static constexpr int kN =
+      kWG == 1 ? ((kWidened || kThreeBlocks) && kDP == 64 ? 128 : 16384 / kDP)
+               : (kDP == 256 ? 64 : 256);
   static constexpr int kWide = !kWidened ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
   static constexpr int kStages =
-      kWG == 1 ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
-                           : (kDP == 256 ? 2 : 3))
-               : 2;
+      kThreeBlocks ? 3
+      : kWG == 1   ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
+                               : (kDP == 256 ? 2 : 3))
+                   : 2;
   // A header is rewritten kHeaders chunks later, once every reader is
   // past it: with int8, the producer refills a stage once it is widened,
   // and the one float16 stage frees up before the epilogue of its chunk.
@@ -151,7 +175,12 @@ struct TmaShape {
   static constexpr int kQblkCache = kWG == 1 ? 8 : kTmaQblkCache;
   // One compressed stage (int8 or residual rows).
   static constexpr int kI8StageBytes = kWidened ? kN * kRawRowBytes : 0;
-  static constexpr int kScaleBytes = kWidened ? kN * 4 : 0;
+  static constexpr int kScaleBytes = kScaled ? kN * 4 : 0;
+  // Scale slots the producer fills: one per compressed stage when widened
+  // (the widening warps copy them on); with Int8Mma, one per stage plus
+  // one, since a stage is refilled during its chunk's last epilogue, which
+  // still reads the scales.
+  static constexpr int kScSlots = kWidened ? kStages : (kS8 ? kStages + 1 : 0);
   // PLAID: the centroid ids of each compressed stage, and the residual
   // table: byte value -> its 8 / nbits bucket weights in float16.
   static constexpr int kCodeBytes = kPlaidBits > 0 ? kN * 4 : 0;
@@ -167,8 +196,9 @@ struct TmaShape {
   // The scales of the chunks widened into the float16 stages: one slot
   // more than stages, since a stage is refilled during its chunk's
   // epilogue, which still reads the scales.
-  static constexpr int kWideScOff = kScOff + kStages * kScaleBytes;
-  static constexpr int kCodeOff = kWideScOff + (kWide + 1) * kScaleBytes;
+  static constexpr int kWideScOff = kScOff + kScSlots * kScaleBytes;
+  static constexpr int kCodeOff =
+      kWideScOff + (kWidened ? (kWide + 1) * kScaleBytes : 0);
   static constexpr int kLutOff = kCodeOff + kStages * kCodeBytes;
   static constexpr int kHdrOff = kLutOff + kLutBytes;
   static constexpr int kCarryOff =
@@ -236,8 +266,8 @@ inline constexpr int kPlaidBitsOf = 0;
 template <int kNbits>
 inline constexpr int kPlaidBitsOf<Plaid<kNbits>> = kNbits;
 template <typename Tag, int kDP, int kWG>
-using TmaShapeOf =
-    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>, kPlaidBitsOf<Tag>>;
+using TmaShapeOf = TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>,
+                            kPlaidBitsOf<Tag>, std::is_same_v<Tag, Int8Mma>>;
 
 template <typename Tag, int kDP, int kWG>
 struct TmaBlock {
@@ -245,14 +275,19 @@ struct TmaBlock {
   static constexpr int kPB = kPlaidBitsOf<Tag>;  // PLAID bits, or 0
   using S = TmaShapeOf<Tag, kDP, kWG>;
   static constexpr bool kWidened = S::kWidened;
+  static constexpr bool kS8 = S::kS8;
+  // Row maxima times the query row's scale (quantised queries).
+  static constexpr bool kQScaled = kI8 || kS8;
   // The MMA's operand type: compressed chunks are widened to float16 first.
   using MmaTag = std::conditional_t<kWidened, Fp16, Tag>;
+  // The accumulators' type: int32 for the int8 MMA.
+  using Acc = std::conditional_t<kS8, int32_t, float>;
 
   const TmaLaunchParams& p;
   uint8_t* qsm;
   uint8_t* dsm;
   uint8_t* i8sm;   // int8: [kStages] chunks of int8 rows
-  float* scsm;     // int8: [kStages] their scales
+  float* scsm;     // int8: [kScSlots] their scales
   float* wide_sc;  // int8: [kWide + 1][kN] scales of the widened chunks
   const float* sc = nullptr;      // int8: the consumers' chunk's scales
   int32_t* codesm = nullptr;      // PLAID: [kStages][kN] centroid ids
@@ -409,8 +444,9 @@ struct TmaBlock {
             at += rows;
           }
         }
-        if constexpr (kWidened) {
-          CopyScales(s, cols, p.scales[rec.slot] + rec.row + cur.off, take);
+        if constexpr (S::kScaled) {
+          CopyScales(ScaleSlot(c), cols, p.scales[rec.slot] + rec.row + cur.off,
+                     take);
         }
         if constexpr (kPB > 0) {
           CopyCodes(s, cols, p.codes[rec.slot] + rec.row + cur.off, take);
@@ -470,14 +506,15 @@ struct TmaBlock {
         }
       }
       bytes = nb * box * (kWidened ? S::kRawRowBytes : 128 * S::kHalves);
-      if constexpr (kWidened) {
-        CopyScales(s, 0, p.scales[p.map_slot] + (c_tok - p.row_base), cols);
+      if constexpr (S::kScaled) {
+        CopyScales(ScaleSlot(c), 0, p.scales[p.map_slot] + (c_tok - p.row_base),
+                   cols);
       }
       if constexpr (kPB > 0) {
         CopyCodes(s, 0, p.codes[p.map_slot] + (c_tok - p.row_base), cols);
       }
     }
-    if constexpr (kWidened) CpAsyncMbarArrive(&full[s]);
+    if constexpr (S::kScaled) CpAsyncMbarArrive(&full[s]);
     __syncwarp();
     IndexChunk(h, nseg);
     __syncwarp();
@@ -490,13 +527,19 @@ struct TmaBlock {
     return false;
   }
 
+  // The scale slot of chunk c: its stage when widened, else one of
+  // kStages + 1 (see TmaShape::kScSlots).
+  __device__ __forceinline__ static int ScaleSlot(int64_t c) {
+    return static_cast<int>(c % S::kScSlots);
+  }
+
   // int8: the scales of n rows from `src` into chunk columns [col, col +
-  // n) of stage s, by the whole warp (4-byte copies: rows start anywhere);
-  // the chunk's barrier waits for them (CpAsyncMbarArrive).
-  __device__ __forceinline__ void CopyScales(int s, int col, const float* src,
-                                             int n) {
+  // n) of scale slot `slot`, by the whole warp (4-byte copies: rows start
+  // anywhere); the chunk's barrier waits for them (CpAsyncMbarArrive).
+  __device__ __forceinline__ void CopyScales(int slot, int col,
+                                             const float* src, int n) {
     for (int j = threadIdx.x & 31; j < n; j += 32) {
-      CpAsync4(scsm + s * S::kN + col + j, src + j);
+      CpAsync4(scsm + slot * S::kN + col + j, src + j);
     }
   }
 
@@ -561,6 +604,7 @@ struct TmaBlock {
         sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
       } else {
         MbarWait(&full[s], (c / S::kStages) & 1);
+        if constexpr (kS8) sc = scsm + ScaleSlot(c) * S::kN;
       }
       const TmaChunkHeader* h = &hdr[c % S::kHeaders];
       const int nseg = h->nseg;
@@ -803,12 +847,35 @@ struct TmaBlock {
     }
   }
 
+  // Int8Mma: each int32 cell becomes fp32 times its column's scale (column
+  // j of the chunk is sc[j]), left in place as fp32 bits (Cell reads them).
+  template <int kCols>
+  __device__ __forceinline__ static void ScaleColsInt(int32_t (&acc)[kCols / 2],
+                                                      const float* sc) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
+      const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[4 * i + e] = __float_as_int(__int2float_rn(acc[4 * i + e]) *
+                                        (e % 2 == 0 ? g.x : g.y));
+      }
+    }
+  }
+
+  // A scaled cell as fp32: the accumulator itself, or (Int8Mma) its bits.
+  __device__ __forceinline__ static float Cell(float x) { return x; }
+  __device__ __forceinline__ static float Cell(int32_t x) {
+    return __int_as_float(x);
+  }
+
   // One wgmma chain over a tile: all its columns at once, epilogue after.
   __device__ __forceinline__ void ChunkWhole(int64_t c, int s,
                                              const uint8_t* stage,
                                              const TmaChunkHeader* h, int wg,
                                              int nw) {
-    float acc[S::kN / 2];
+    Acc acc[S::kN / 2];
     for (int k = 0; k < nw; ++k) {
       const int slot = AcquireTile(c, nw, k, wg);
       IssueMma<S::kN>(qsm + slot * S::kTileBytes, stage, acc);
@@ -831,7 +898,7 @@ struct TmaBlock {
                                              const TmaChunkHeader* h, int wg,
                                              int nw) {
     const uint8_t* stage_hi = stage + kSplitCols * 128;
-    float acc0[kSplitCols / 2], acc1[kSplitCols / 2];
+    Acc acc0[kSplitCols / 2], acc1[kSplitCols / 2];
     int slot = AcquireTile(c, nw, 0, wg);
     IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage, acc0);
     // The loop leaves only by the break, with no MMA in flight.
@@ -857,7 +924,7 @@ struct TmaBlock {
   }
 
   template <int kRegs>
-  __device__ __forceinline__ static void FenceAll(float (&acc)[kRegs]) {
+  __device__ __forceinline__ static void FenceAll(Acc (&acc)[kRegs]) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) FenceRegister(acc[i]);
   }
@@ -867,7 +934,7 @@ struct TmaBlock {
   template <int kCols>
   __device__ __forceinline__ void IssueMma(const uint8_t* qt,
                                            const uint8_t* cols,
-                                           float (&acc)[kCols / 2]) {
+                                           Acc (&acc)[kCols / 2]) {
     FenceAll(acc);
     WgmmaFence();
     const uint64_t a0 = SmemDescSw128(qt);
@@ -905,7 +972,7 @@ struct TmaBlock {
       carry[row] = m0;
       carry[row + 8] = m1;
     } else if ((sg.flags & kSegSkip) == 0) {
-      if constexpr (kI8) {
+      if constexpr (kQScaled) {
         m0 *= qs0;
         m1 *= qs1;
       }
@@ -934,7 +1001,7 @@ struct TmaBlock {
   // four partial maxima (columns 8i + e with i even or odd): four
   // independent dependency chains instead of one.
   template <int kCols>
-  __device__ __forceinline__ static void FullMax(const float (&acc)[kCols / 2],
+  __device__ __forceinline__ static void FullMax(const Acc (&acc)[kCols / 2],
                                                  float& m0, float& m1) {
     const float kNegInf = -__int_as_float(0x7f800000);
     float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
@@ -943,8 +1010,9 @@ struct TmaBlock {
     for (int i = 0; i < kCols / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
-        b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
+        a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], Cell(acc[4 * i + e]));
+        b[(i & 1) * 2 + e] =
+            fmaxf(b[(i & 1) * 2 + e], Cell(acc[4 * i + 2 + e]));
       }
     }
     m0 = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
@@ -955,9 +1023,9 @@ struct TmaBlock {
   // lane's even column of each block) and in1 (its odd column): straight-
   // line predicated code, one bit test per column pair.
   template <int kCols>
-  __device__ __forceinline__ static void MaskedMax(
-      const float (&acc)[kCols / 2], uint32_t in0, uint32_t in1, float& m0,
-      float& m1) {
+  __device__ __forceinline__ static void MaskedMax(const Acc (&acc)[kCols / 2],
+                                                   uint32_t in0, uint32_t in1,
+                                                   float& m0, float& m1) {
     const float kNegInf = -__int_as_float(0x7f800000);
     float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
@@ -967,8 +1035,9 @@ struct TmaBlock {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         if (in[e] & (1u << i)) {
-          a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], acc[4 * i + e]);
-          b[(i & 1) * 2 + e] = fmaxf(b[(i & 1) * 2 + e], acc[4 * i + 2 + e]);
+          a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], Cell(acc[4 * i + e]));
+          b[(i & 1) * 2 + e] =
+              fmaxf(b[(i & 1) * 2 + e], Cell(acc[4 * i + 2 + e]));
         }
       }
     }
@@ -982,7 +1051,7 @@ struct TmaBlock {
   // its maxima in pend0 / pend1 (at most one does: segments are ordered),
   // and the call for the next columns folds them in.
   template <int kCols>
-  __device__ __forceinline__ void EpilogueCols(float (&acc)[kCols / 2],
+  __device__ __forceinline__ void EpilogueCols(Acc (&acc)[kCols / 2],
                                                const TmaChunkHeader* h, int lt,
                                                int base, float& pend0,
                                                float& pend1) {
@@ -997,7 +1066,8 @@ struct TmaBlock {
     // every cell since the row scales are positive.
     float qs0 = 1.f, qs1 = 1.f;
     if constexpr (kWidened) ScaleCols<kCols>(acc, sc + base);
-    if constexpr (kI8) {
+    if constexpr (kS8) ScaleColsInt<kCols>(acc, sc + base);
+    if constexpr (kQScaled) {
       if (p.q_scales != nullptr) {
         qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
         qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
@@ -1078,7 +1148,7 @@ __device__ __forceinline__ void BuildPlaidLut(const float* weights,
 
 template <typename Tag, int kDP, int kWG>
 __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
-                                  kWG == 1 ? 2 : 1)
+                                  TmaShapeOf<Tag, kDP, kWG>::kMinBlocks)
     MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
   using S = typename TmaBlock<Tag, kDP, kWG>::S;
   extern __shared__ uint8_t smem_raw[];

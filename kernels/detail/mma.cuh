@@ -35,6 +35,13 @@ struct Bf16 {
 struct Int8 {
   using Storage = int8_t;
 };
+// An int8 corpus scored against quantised queries (both int8 codes): the
+// TMA kernel feeds the codes of both to the int8 MMA (s8 x s8 -> s32,
+// exact), straight from the copy engine's boxes, and applies the row and
+// column scales per output cell.
+struct Int8Mma {
+  using Storage = int8_t;
+};
 // A PLAID corpus of kNbits-bit residuals (kernels/plaid_bits.h): packed
 // residual rows with a centroid id and an fp32 scale per row; the TMA
 // kernel decodes them to float16 in shared memory, as for int8.

@@ -152,6 +152,9 @@ __device__ __forceinline__ void WgmmaWait() {
 __device__ __forceinline__ void FenceRegister(float& r) {
   asm volatile("" : "+f"(r)::"memory");
 }
+__device__ __forceinline__ void FenceRegister(int32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
 
 }  // namespace maxsimd::detail
 
