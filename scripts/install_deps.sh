@@ -9,7 +9,9 @@ PACKAGES=(cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   grpc-proto libabsl-dev libspdlog-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang-format curl)
+  clang-format curl
+  yamllint prometheus
+  python3-numpy python3-grpcio python3-protobuf python3-grpc-tools openssl)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

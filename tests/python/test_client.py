@@ -1,0 +1,620 @@
+"""The Python client (client/python) against live maxsimd servers.
+
+Starts the server binary (``MAXSIMD_SERVER_BIN``, default
+``build-sched/server/maxsimd``) on free ports with the CPU backend, fills
+corpora through the admin API from numpy arrays, and checks every query path
+against a numpy MaxSim reference: ids and scores, tie-tolerant (an id set
+where scores tie). Also: error codes, deadlines, retries on UNAVAILABLE,
+client-side sharding over two servers, and the PyLate example.
+
+Stubs: ``MAXSIMD_STUBS_DIR`` when set (ctest generates them into the build
+folder); otherwise they are generated into a temporary folder first, so that
+``python3 -m unittest tests/python/test_client.py`` also runs by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = REPO / "client" / "python"
+SERVER_BIN = os.environ.get("MAXSIMD_SERVER_BIN",
+                            str(REPO / "build-sched" / "server" / "maxsimd"))
+_TMP = tempfile.TemporaryDirectory(prefix="maxsimd-pytest-")
+
+sys.path.insert(0, str(PACKAGE_DIR))
+if not os.environ.get("MAXSIMD_STUBS_DIR"):
+    import build_stubs  # noqa: E402
+
+    build_stubs.generate(_TMP.name)
+    os.environ["MAXSIMD_STUBS_DIR"] = _TMP.name
+
+import grpc  # noqa: E402
+
+import maxsimd  # noqa: E402
+from maxsimd._encode import to_bfloat16_bits  # noqa: E402
+from maxsimd._pb import (reranker_pb2, reranker_pb2_grpc,  # noqa: E402
+                         types_pb2)
+
+DIM = 64
+NUM_DOCS = 240
+SEED = int(os.environ.get("MAXSIMD_TEST_SEED", "20240611"))
+# Scores are fp32 sums of fp32 x fp16 products on both sides; only the
+# summation order differs.
+ATOL = 1e-4
+
+
+# --------------------------------------------------------------------------
+# Servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """One maxsimd child process on a free port (CPU backend)."""
+
+    def __init__(self, port: Optional[int] = None, *flags: str) -> None:
+        self.port = port or free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.log_path = Path(_TMP.name) / f"server-{self.port}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [SERVER_BIN, f"--listen={self.target}", "--metrics_listen=",
+                 "--cpu", "--log_level=warn", "--max_queue_delay=0",
+                 "--drain_timeout=1s", *flags],
+                stdout=log, stderr=subprocess.STDOUT)
+
+    @classmethod
+    def start(cls, *flags: str) -> "ServerProcess":
+        """Starts and waits for SERVING; a new port if the first was taken."""
+        last = ""
+        for _ in range(3):
+            server = cls(None, *flags)
+            try:
+                server.wait_serving()
+                return server
+            except Exception as e:  # noqa: BLE001 - retried, then reported
+                last = f"{e}\n{server.log()}"
+                server.stop()
+        raise RuntimeError(f"maxsimd did not start: {last}")
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        with maxsimd.Client(self.target) as client:
+            deadline = time.monotonic() + timeout
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"exited with status {self.proc.returncode}")
+                try:
+                    client.wait_until_serving(timeout=0.5)
+                    return
+                except maxsimd.DeadlineExceededError:
+                    if time.monotonic() > deadline:
+                        raise
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+SERVERS: Dict[str, ServerProcess] = {}
+
+
+def setUpModule() -> None:  # noqa: N802 - unittest's name
+    if not os.access(SERVER_BIN, os.X_OK):
+        raise RuntimeError(f"server binary {SERVER_BIN} not found; build it "
+                           "or set MAXSIMD_SERVER_BIN")
+    for name in ("whole", "shard0", "shard1"):
+        SERVERS[name] = ServerProcess.start()
+
+
+def tearDownModule() -> None:  # noqa: N802
+    for server in SERVERS.values():
+        server.stop()
+    _TMP.cleanup()
+
+
+# --------------------------------------------------------------------------
+# Data and the numpy reference
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def make_docs(rng: np.random.Generator, n: int) -> List[np.ndarray]:
+    """Documents of 1..40 tokens (one-token documents included)."""
+    return [unit(rng.standard_normal((int(rng.integers(1, 41)), DIM)))
+            for _ in range(n)]
+
+
+def reference_scores(query: np.ndarray, docs: Sequence[np.ndarray]
+                     ) -> np.ndarray:
+    """MaxSim of the query against documents stored as fp16, in float64."""
+    q = query.astype(np.float64)
+    return np.array([(q @ d.astype(np.float16).astype(np.float64).T)
+                     .max(axis=1).sum() for d in docs])
+
+
+class Fixture(unittest.TestCase):
+    """A corpus of NUM_DOCS random documents with ids 1000.. on "whole"."""
+
+    corpus = "py_docs"
+    docs: List[np.ndarray]
+    ids: np.ndarray
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
+        cls.rng = np.random.default_rng(SEED)
+        cls.docs = make_docs(cls.rng, NUM_DOCS)
+        cls.ids = np.arange(1000, 1000 + NUM_DOCS, dtype=np.int64)
+        cls.client = maxsimd.Client(SERVERS["whole"].target)
+        try:
+            cls.client.get_corpus(cls.corpus)
+        except maxsimd.NotFoundError:
+            cls.client.create_corpus(cls.corpus, DIM)
+            # Two streams: a list of arrays, then the ragged form.
+            half = NUM_DOCS // 2
+            cls.client.add_documents(cls.corpus, cls.ids[:half],
+                                     cls.docs[:half], chunk_bytes=4096)
+            rest = cls.docs[half:]
+            cu = np.concatenate([[0], np.cumsum([len(d) for d in rest])])
+            cls.client.add_documents(cls.corpus, cls.ids[half:],
+                                     tokens=np.concatenate(rest),
+                                     cu_seqlens=cu)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.client.close()
+
+    def query(self, tokens: int = 8) -> np.ndarray:
+        """A query near a random document, so that rankings are not flat."""
+        doc = self.docs[int(self.rng.integers(NUM_DOCS))]
+        rows = self.rng.integers(0, len(doc), size=tokens)
+        return unit(doc[rows] + 0.5 * self.rng.standard_normal((tokens, DIM)))
+
+    def assert_ranking(self, result: maxsimd.Result, query: np.ndarray,
+                       candidates: Optional[Sequence[int]], top_k: int,
+                       atol: float = ATOL) -> None:
+        """Ids and scores equal the reference, up to ties."""
+        pool = self.ids if candidates is None else np.asarray(candidates)
+        index = {int(i): k for k, i in enumerate(self.ids)}
+        ref = reference_scores(query, [self.docs[index[int(i)]] for i in pool])
+        order = np.argsort(-ref, kind="stable")[:top_k]
+        k = len(order)
+        self.assertEqual(len(result), k)
+        self.assertEqual(result.scores.dtype, np.float32)
+        self.assertEqual(result.ids.dtype, np.int64)
+        np.testing.assert_allclose(result.scores, ref[order], atol=atol)
+        ref_by_id = dict(zip(pool.tolist(), ref.tolist()))
+        got = result.ids.tolist()
+        self.assertEqual(len(set(got)), k, "duplicate ids")
+        for doc_id, score in zip(got, result.scores.tolist()):
+            self.assertIn(doc_id, ref_by_id)
+            self.assertAlmostEqual(score, ref_by_id[doc_id], delta=atol)
+        # Where the reference has no near-tie, the order is exact.
+        gaps = np.abs(np.diff(ref[order]))
+        if k < 2 or gaps.min() > 4 * atol:
+            self.assertEqual(got, pool[order].tolist())
+
+
+# --------------------------------------------------------------------------
+# Queries
+
+
+class QueryTest(Fixture):
+
+    def test_rerank_candidates(self) -> None:
+        for top_k in (1, 7, 60):
+            q = self.query()
+            candidates = self.rng.choice(self.ids, size=60, replace=False)
+            result = self.client.rerank(self.corpus, q, candidates,
+                                        top_k=top_k, request_id="r1")
+            self.assert_ranking(result, q, candidates, top_k)
+            self.assertEqual(result.request_id, "r1")
+            self.assertIsNotNone(result.timing)
+            self.assertGreater(result.timing.total_ns, 0)
+            # The same candidates as a list of strings rank the same.
+            again = self.client.rerank(self.corpus, q,
+                                       [str(i) for i in candidates],
+                                       top_k=top_k)
+            self.assertEqual(again.str_ids, result.str_ids)
+
+    def test_scan(self) -> None:
+        q = self.query(tokens=16)
+        result = self.client.rerank(self.corpus, q, None, top_k=25)
+        self.assert_ranking(result, q, None, 25)
+
+    def test_float16_query(self) -> None:
+        q = self.query().astype(np.float16)
+        result = self.client.rerank(self.corpus, q, top_k=10)
+        self.assert_ranking(result, q.astype(np.float32), None, 10)
+
+    def test_bfloat16_wire(self) -> None:
+        bits = to_bfloat16_bits(np.array([1.0, -2.5, 1.00390625, 3.0e-3],
+                                         dtype=np.float32))
+        # 1.00390625 is halfway between two bf16 values: rounds to even.
+        self.assertEqual(bits.tolist(), [0x3F80, 0xC020, 0x3F80, 0x3B45])
+        q = self.query()
+        rounded = (to_bfloat16_bits(q).astype(np.uint32) << 16).view(
+            np.float32)
+        with maxsimd.Client(SERVERS["whole"].target,
+                            send_dtype="bfloat16") as client:
+            result = client.rerank(self.corpus, q, top_k=10)
+        self.assert_ranking(result, rounded, None, 10)
+
+    def test_dns_target_with_round_robin(self) -> None:
+        # The form that addresses a shard's replicas: every address of the
+        # name (here ::1 and 127.0.0.1, of which only one listens) under
+        # round_robin, which sends calls to the ready ones.
+        q = self.query()
+        target = f"dns:///localhost:{SERVERS['whole'].port}"
+        with maxsimd.Client(target) as client:
+            for _ in range(4):
+                result = client.rerank(self.corpus, q, top_k=5)
+        self.assert_ranking(result, q, None, 5)
+
+    def test_empty_candidates_is_empty_not_a_scan(self) -> None:
+        result = self.client.rerank(self.corpus, self.query(), [], top_k=5)
+        self.assertEqual(len(result), 0)
+
+    def test_batch(self) -> None:
+        queries = [self.query() for _ in range(4)]
+        cands = [None, self.rng.choice(self.ids, 30, replace=False), [],
+                 self.rng.choice(self.ids, 5, replace=False)]
+        results = self.client.rerank_batch(self.corpus, queries, cands,
+                                           top_k=8)
+        self.assertEqual(len(results), 4)
+        for q, c, r in zip(queries, cands, results):
+            if c is not None and len(c) == 0:
+                self.assertEqual(len(r), 0)
+            else:
+                self.assert_ranking(r, q, c, 8)
+
+    def test_stream_ordered_and_unordered(self) -> None:
+        queries = [maxsimd.Query(self.corpus, self.query(),
+                                 None if i % 3 == 0 else
+                                 self.rng.choice(self.ids, 40, replace=False),
+                                 top_k=6)
+                   for i in range(9)]
+        ordered = list(self.client.rerank_stream(queries))
+        self.assertEqual([r.request_id for r in ordered],
+                         [str(i) for i in range(9)])
+        for q, r in zip(queries, ordered):
+            self.assert_ranking(r, q.query, q.candidates, 6)
+        # Unordered, from a generator (not replayable): matched by id.
+        arrived = list(self.client.rerank_stream(iter(queries), ordered=False))
+        self.assertEqual(sorted(int(r.request_id) for r in arrived),
+                         list(range(9)))
+        for r in arrived:
+            self.assertEqual(r.str_ids, ordered[int(r.request_id)].str_ids)
+
+    def test_stream_bad_query_keeps_its_slot(self) -> None:
+        good = maxsimd.Query(self.corpus, self.query(), top_k=3)
+        bad = maxsimd.Query(self.corpus, np.ones((2, DIM + 1), np.float32))
+        items = list(self.client.rerank_stream([good, bad, good],
+                                               return_exceptions=True))
+        self.assertIsInstance(items[0], maxsimd.Result)
+        self.assertIsInstance(items[1], maxsimd.InvalidArgumentError)
+        self.assertEqual(items[1].code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(items[2].str_ids, items[0].str_ids)
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            list(self.client.rerank_stream([good, bad, good]))
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            self.client.rerank_stream([maxsimd.Query(self.corpus, good.query,
+                                                     request_id="x")] * 2)
+
+    def test_stream_producer_failure_reaches_the_caller(self) -> None:
+        good = maxsimd.Query(self.corpus, self.query(), top_k=3)
+
+        def producer():
+            yield good
+            raise RuntimeError("first stage failed")
+
+        seen = []
+        with self.assertRaisesRegex(RuntimeError, "first stage failed"):
+            for result in self.client.rerank_stream(producer()):
+                seen.append(result)
+        self.assertEqual(len(seen), 1)  # the query sent before the failure
+
+
+# --------------------------------------------------------------------------
+# Errors, deadlines, retries
+
+
+class CountingInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Counts unary call attempts, as the retry loop makes them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def intercept_unary_unary(self, continuation, details, request):
+        self.calls += 1
+        return continuation(details, request)
+
+
+class ErrorTest(Fixture):
+
+    def test_wrong_dim_is_invalid_argument(self) -> None:
+        with self.assertRaises(maxsimd.InvalidArgumentError) as cm:
+            self.client.rerank(self.corpus, np.ones((4, DIM // 2), np.float32))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("dim", cm.exception.details)
+        self.assertEqual(cm.exception.method, "Rerank")
+        # A 1-D query is caught before any call, with the same type.
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            self.client.rerank(self.corpus, np.ones(DIM, np.float32))
+        with self.assertRaises(ValueError):
+            self.client.rerank(self.corpus, self.query(), [1.5, 2.0])
+
+    def test_unknown_ids_and_corpora_are_not_found(self) -> None:
+        with self.assertRaises(maxsimd.NotFoundError):
+            self.client.rerank(self.corpus, self.query(), [1000, 999999])
+        with self.assertRaises(maxsimd.NotFoundError) as cm:
+            self.client.rerank("no_such_corpus", self.query())
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_deadline_exceeded_is_not_retried(self) -> None:
+        counter = CountingInterceptor()
+        with maxsimd.Client(SERVERS["whole"].target,
+                            interceptors=[counter]) as client:
+            with self.assertRaises(maxsimd.DeadlineExceededError) as cm:
+                client.rerank(self.corpus, self.query(), timeout=1e-6)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertEqual(counter.calls, 1)
+
+    def test_unavailable_is_retried_a_bounded_number_of_times(self) -> None:
+        counter = CountingInterceptor()
+        dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+        with maxsimd.Client(dead, max_retries=3, backoff=0.01,
+                            interceptors=[counter]) as client:
+            with self.assertRaises(maxsimd.UnavailableError) as cm:
+                client.list_corpora(timeout=10)
+            self.assertEqual(counter.calls, 4)
+            self.assertEqual(cm.exception.attempts, 4)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+            # A write that is not idempotent is tried once.
+            counter.calls = 0
+            with self.assertRaises(maxsimd.UnavailableError):
+                client.create_corpus("never", DIM, timeout=10)
+            self.assertEqual(counter.calls, 1)
+
+    def test_retry_reaches_a_server_that_starts_late(self) -> None:
+        counter = CountingInterceptor()
+        port = free_port()
+        late: List[ServerProcess] = []
+        starter = threading.Timer(0.5, lambda: late.append(
+            ServerProcess(port)))
+        with maxsimd.Client(f"127.0.0.1:{port}", max_retries=100,
+                            backoff=0.05, max_backoff=0.2,
+                            interceptors=[counter]) as client:
+            starter.start()
+            try:
+                # Until the server listens, every attempt is UNAVAILABLE and
+                # retried.
+                self.assertEqual(client.list_corpora(timeout=30), [])
+            finally:
+                starter.join()
+                for server in late:
+                    server.stop()
+        self.assertGreater(counter.calls, 1)
+
+
+# --------------------------------------------------------------------------
+# TLS, against an in-process gRPC server (maxsimd itself listens in
+# plaintext; TLS is terminated in front of it)
+
+
+class FakeReranker(reranker_pb2_grpc.RerankerServicer):
+    def Rerank(self, request, context):  # noqa: N802 - gRPC's name
+        return reranker_pb2.RerankResponse(
+            request_id=request.request_id,
+            results=[types_pb2.ScoredDocument(id="7", score=1.5)])
+
+
+class TlsTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.dir = Path(_TMP.name)
+        cls.key, cls.cert = cls.dir / "tls.key", cls.dir / "tls.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+             "-keyout", str(cls.key), "-out", str(cls.cert), "-days", "1",
+             "-subj", "/CN=maxsimd.test",
+             "-addext", "subjectAltName=DNS:maxsimd.test"],
+            check=True, capture_output=True)
+        pair = [(cls.key.read_bytes(), cls.cert.read_bytes())]
+        cls.servers = []
+        cls.targets = []
+        for mutual in (False, True):
+            server = grpc.server(ThreadPoolExecutor(max_workers=2))
+            reranker_pb2_grpc.add_RerankerServicer_to_server(FakeReranker(),
+                                                             server)
+            creds = grpc.ssl_server_credentials(
+                pair, root_certificates=cls.cert.read_bytes(),
+                require_client_auth=mutual)
+            port = server.add_secure_port("127.0.0.1:0", creds)
+            server.start()
+            cls.servers.append(server)
+            cls.targets.append(f"127.0.0.1:{port}")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        for server in cls.servers:
+            server.stop(None)
+
+    def rerank(self, target: str, tls: object) -> maxsimd.Result:
+        with maxsimd.Client(target, tls=tls, max_retries=0) as client:
+            return client.rerank("c", np.ones((1, 4), np.float32),
+                                 timeout=10)
+
+    def test_root_certificate_and_server_name_override(self) -> None:
+        tls = maxsimd.TlsOptions(root_certificates=str(self.cert),
+                                 server_name_override="maxsimd.test")
+        self.assertEqual(self.rerank(self.targets[0], tls).str_ids, ["7"])
+        # The certificate names maxsimd.test, not 127.0.0.1.
+        with self.assertRaises(maxsimd.UnavailableError):
+            self.rerank(self.targets[0], maxsimd.TlsOptions(
+                root_certificates=self.cert.read_bytes()))
+
+    def test_mutual_tls(self) -> None:
+        tls = maxsimd.TlsOptions(root_certificates=self.cert.read_bytes(),
+                                 private_key=str(self.key),
+                                 certificate_chain=str(self.cert),
+                                 server_name_override="maxsimd.test")
+        self.assertEqual(self.rerank(self.targets[1], tls).str_ids, ["7"])
+        with self.assertRaises(maxsimd.UnavailableError):
+            self.rerank(self.targets[1], maxsimd.TlsOptions(
+                root_certificates=self.cert.read_bytes(),
+                server_name_override="maxsimd.test"))
+        with self.assertRaises(ValueError):
+            maxsimd.TlsOptions(private_key=str(self.key)).credentials()
+
+
+# --------------------------------------------------------------------------
+# Admin
+
+
+class AdminTest(Fixture):
+
+    def test_corpus_lifecycle(self) -> None:
+        name = "py_admin"
+        info = self.client.create_corpus(name, 8, storage_dtype="bfloat16",
+                                         normalize=True)
+        self.assertEqual(info.dim, 8)
+        self.assertEqual(info.storage_dtype, types_pb2.DTYPE_BFLOAT16)
+        with self.assertRaises(maxsimd.AlreadyExistsError):
+            self.client.create_corpus(name, 8)
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            self.client.create_corpus("x", 8, layout="sparse")
+        docs = [np.ones((n, 8), np.float32) for n in (1, 2, 3)]
+        added = self.client.add_documents(name, ["a", "b", "c"], docs)
+        self.assertEqual(added.added, 3)
+        self.assertEqual(added.corpus.num_tokens, 6)
+        with self.assertRaises(maxsimd.AlreadyExistsError):
+            self.client.add_documents(name, ["a"], docs[:1])
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            self.client.add_documents(name, ["d", "e"], docs[:1])
+
+        self.assertEqual(self.client.set_alias("py_alias", name), "")
+        self.assertEqual(self.client.list_aliases()["py_alias"], name)
+        self.assertEqual(self.client.get_corpus("py_alias").num_documents, 3)
+        # String ids: Result.ids refuses them, str_ids carries them.
+        result = self.client.rerank("py_alias", np.ones((1, 8), np.float32))
+        self.assertEqual(sorted(result.str_ids), ["a", "b", "c"])
+        with self.assertRaises(ValueError):
+            result.ids  # noqa: B018 - the property raises
+        with self.assertRaises(maxsimd.FailedPreconditionError):
+            self.client.drop_corpus(name)  # an alias points at it
+
+        deleted = self.client.delete_documents(name, ["a", "zz"],
+                                               ignore_missing=True)
+        self.assertEqual((deleted.deleted, deleted.missing), (1, 1))
+        with self.assertRaises(maxsimd.NotFoundError):
+            self.client.delete_documents(name, ["zz"])
+        self.assertIn(name, [c.name for c in self.client.list_corpora()])
+        self.client.delete_alias("py_alias")
+        self.client.drop_corpus(name)
+        with self.assertRaises(maxsimd.NotFoundError):
+            self.client.get_corpus(name)
+
+
+# --------------------------------------------------------------------------
+# Sharding
+
+
+class ShardedTest(Fixture):
+
+    def test_merge_tie_rule(self) -> None:
+        a = maxsimd.Result(["a1", "a2"], np.array([3.0, 1.0], np.float32))
+        b = maxsimd.Result(["b1", "b2"], np.array([3.0, 2.0], np.float32))
+        merged = maxsimd.merge_results([a, b], top_k=3)
+        self.assertEqual(merged.str_ids, ["a1", "b1", "b2"])
+        merged = maxsimd.merge_results([b, a], top_k=10)
+        self.assertEqual(merged.str_ids, ["b1", "a1", "b2", "a2"])
+
+    def test_two_shards_equal_one_server(self) -> None:
+        targets = [SERVERS["shard0"].target, SERVERS["shard1"].target]
+        with maxsimd.ShardedClient(targets) as sharded:
+            sharded.create_corpus(self.corpus, DIM)
+            added = sharded.add_documents(self.corpus, self.ids, self.docs)
+            self.assertEqual(added, NUM_DOCS)
+            sizes = [c.num_documents for c in sharded.get_corpus(self.corpus)]
+            self.assertEqual(sum(sizes), NUM_DOCS)
+            self.assertTrue(all(s > 0 for s in sizes), sizes)
+            for s, part in enumerate(sharded.partition(self.ids)):
+                self.assertEqual(len(part), sizes[s])
+
+            for candidates in (None,
+                               self.rng.choice(self.ids, 50, replace=False)):
+                for top_k in (1, 10, 40):
+                    q = self.query()
+                    want = self.client.rerank(self.corpus, q, candidates,
+                                              top_k=top_k)
+                    got = sharded.rerank(self.corpus, q, candidates,
+                                         top_k=top_k)
+                    self.assertEqual(got.str_ids, want.str_ids)
+                    np.testing.assert_array_equal(got.scores, want.scores)
+                    self.assertIsNotNone(got.timing)
+
+            queries = [self.query() for _ in range(3)]
+            cands = [None, self.rng.choice(self.ids, 20, replace=False), None]
+            want = self.client.rerank_batch(self.corpus, queries, cands,
+                                            top_k=12)
+            got = sharded.rerank_batch(self.corpus, queries, cands, top_k=12)
+            for w, g in zip(want, got):
+                self.assertEqual(g.str_ids, w.str_ids)
+                np.testing.assert_array_equal(g.scores, w.scores)
+
+            self.assertEqual(sharded.delete_documents(self.corpus,
+                                                      self.ids[:10]), 10)
+            scan = sharded.rerank(self.corpus, self.query(), top_k=NUM_DOCS)
+            self.assertEqual(len(scan), NUM_DOCS - 10)
+            sharded.drop_corpus(self.corpus)
+
+
+# --------------------------------------------------------------------------
+# The example
+
+
+class ExampleTest(unittest.TestCase):
+
+    def test_pylate_example_runs(self) -> None:
+        script = PACKAGE_DIR / "examples" / "pylate_rerank.py"
+        out = subprocess.run(
+            [sys.executable, str(script), "--target", SERVERS["whole"].target,
+             "--docs", "300", "--queries", "3", "--candidates", "50"],
+            capture_output=True, text=True, timeout=120, env=os.environ.copy())
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("rankings match", out.stdout)
+        self.assertIn("loaded 300 documents", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
