@@ -1,6 +1,6 @@
 // maxsimctl: command-line tool for a maxsimd server (create and fill corpora,
-// run rerank and scan queries, check health) and a generator of synthetic
-// corpora for demos.
+// run rerank and scan queries, check health, set the log level, watch its
+// /metrics live with `top`) and a generator of synthetic corpora for demos.
 //
 // Flags are parsed by hand rather than with absl flags because each command
 // has its own flags: a per-command table gives `maxsimctl <command> --help`
@@ -8,6 +8,11 @@
 //
 // Exit status: 0 success; 1 an RPC, file or data error; 2 a usage error;
 // 3 `health` answered but the service is not SERVING.
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +24,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -34,6 +40,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "grpcpp/grpcpp.h"
 #include "index/importers.h"
 #include "index/npy.h"
 #include "index/synthetic.h"
@@ -73,6 +80,9 @@ struct CommandDef {
   const char* summary;
   std::vector<FlagDef> flags;
   RunFn run;
+  // A flag of `flags` that may also be given as the one argument after the
+  // command (maxsimctl log-level debug); nullptr: none.
+  const char* positional = nullptr;
 };
 
 const std::vector<FlagDef>& GlobalFlagDefs() {
@@ -804,6 +814,613 @@ int RunHealth(const Globals& g, const Flags& f) {
   return *status == 1 ? kExitOk : kExitNotServing;
 }
 
+// ---------------------------------------------------------------------------
+// log-level: Admin.GetLogLevel / SetLogLevel. The client library has no
+// wrapper for them, so this command calls the Admin stub itself.
+
+int RunLogLevel(const Globals& g, const Flags& f) {
+  return Finish([&]() -> absl::Status {
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+        g.options.target, grpc::InsecureChannelCredentials());
+    std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + g.options.timeout));
+    const std::string level = f.Get("level");
+    if (level.empty()) {
+      v1::GetLogLevelResponse response;
+      MAXSIMD_RETURN_IF_ERROR(FromGrpcStatus(
+          admin->GetLogLevel(&ctx, v1::GetLogLevelRequest(), &response)));
+      if (g.json) {
+        std::printf("{\"level\":%s}\n", JsonString(response.level()).c_str());
+      } else {
+        std::printf("%s\n", response.level().c_str());
+      }
+      return absl::OkStatus();
+    }
+    v1::SetLogLevelRequest request;
+    request.set_level(level);
+    v1::SetLogLevelResponse response;
+    MAXSIMD_RETURN_IF_ERROR(
+        FromGrpcStatus(admin->SetLogLevel(&ctx, request, &response)));
+    if (g.json) {
+      std::printf("{\"level\":%s,\"previous_level\":%s}\n",
+                  JsonString(response.level()).c_str(),
+                  JsonString(response.previous_level()).c_str());
+    } else {
+      std::printf("log level %s (was %s)\n", response.level().c_str(),
+                  response.previous_level().c_str());
+    }
+    return absl::OkStatus();
+  }());
+}
+
+// ---------------------------------------------------------------------------
+// top: a live view of the server's /metrics (Prometheus text format 0.0.4),
+// fetched with a plain HTTP/1.0 GET.
+
+// "host:port" of a gRPC target ("dns:///" prefix allowed), or "" if it has
+// no port.
+bool SplitHostPort(absl::string_view target, std::string* host,
+                   std::string* port) {
+  absl::ConsumePrefix(&target, "dns:///");
+  const size_t colon = target.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0 ||
+      colon + 1 == target.size()) {
+    return false;
+  }
+  absl::string_view h = target.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {
+    h = h.substr(1, h.size() - 2);  // [IPv6]
+  }
+  *host = std::string(h);
+  *port = std::string(target.substr(colon + 1));
+  return true;
+}
+
+// The body of GET http://<address>/metrics; `timeout` bounds the connect
+// and each read.
+absl::StatusOr<std::string> HttpGetMetrics(const std::string& address,
+                                           absl::Duration timeout) {
+  std::string host, port;
+  if (!SplitHostPort(address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics is '", address, "'; expected HOST:PORT"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  int fd = -1;
+  const timeval tv = absl::ToTimeval(timeout);
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));  // connect too
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to the metrics endpoint ", address));
+  }
+  const std::string request =
+      absl::StrCat("GET /metrics HTTP/1.0\r\nHost: ", address,
+                   "\r\nAccept: text/plain\r\n", "Connection: close\r\n\r\n");
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n =
+        send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("send to ", address));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string response;
+  char buf[16384];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
+  const int read_errno = errno;
+  close(fd);
+  if (n < 0) {
+    return absl::ErrnoToStatus(read_errno,
+                               absl::StrCat("reading from ", address));
+  }
+  const size_t header_end = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || header_end == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat(address, " did not answer HTTP"));
+  }
+  const std::string status_line = response.substr(0, response.find("\r\n"));
+  if (status_line.find(" 200") == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat(address, "/metrics answered '", status_line, "'"));
+  }
+  std::string body = response.substr(header_end + 4);
+  const std::string headers =
+      absl::AsciiStrToLower(response.substr(0, header_end));
+  if (headers.find("transfer-encoding: chunked") != std::string::npos) {
+    std::string plain;
+    size_t pos = 0;
+    for (;;) {
+      const size_t eol = body.find("\r\n", pos);
+      size_t size = 0;
+      if (eol == std::string::npos ||
+          !absl::SimpleHexAtoi(
+              absl::StripAsciiWhitespace(body.substr(pos, eol - pos)), &size) ||
+          eol + 2 + size > body.size()) {
+        return absl::DataLossError(
+            absl::StrCat(address, "/metrics: bad chunked body"));
+      }
+      if (size == 0) break;
+      plain.append(body, eol + 2, size);
+      pos = eol + 2 + size + 2;
+    }
+    body = std::move(plain);
+  }
+  return body;
+}
+
+// One sample of the text format: name{labels} value.
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+// Parses the sample lines of Prometheus text (comments skipped). A line
+// that does not parse is skipped too: top shows what it understands.
+std::vector<Sample> ParsePrometheusText(absl::string_view text) {
+  std::vector<Sample> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    Sample s;
+    size_t i = 0;
+    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+    s.name = std::string(line.substr(0, i));
+    bool ok = !s.name.empty();
+    if (ok && i < line.size() && line[i] == '{') {
+      ++i;
+      while (ok && i < line.size() && line[i] != '}') {
+        const size_t eq = line.find('=', i);
+        if (eq == absl::string_view::npos || eq + 1 >= line.size() ||
+            line[eq + 1] != '"') {
+          ok = false;
+          break;
+        }
+        std::string key(absl::StripAsciiWhitespace(line.substr(i, eq - i)));
+        std::string value;
+        size_t k = eq + 2;
+        for (; k < line.size() && line[k] != '"'; ++k) {
+          if (line[k] == '\\' && k + 1 < line.size()) {
+            ++k;
+            value.push_back(line[k] == 'n' ? '\n' : line[k]);
+          } else {
+            value.push_back(line[k]);
+          }
+        }
+        if (k >= line.size()) {
+          ok = false;
+          break;
+        }
+        s.labels[key] = std::move(value);
+        i = k + 1;
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      ok = ok && i < line.size();
+      ++i;  // past '}'
+    }
+    if (!ok) continue;
+    absl::string_view rest = absl::StripAsciiWhitespace(line.substr(i));
+    rest = rest.substr(0, rest.find(' '));  // drop a timestamp
+    if (rest == "+Inf" || rest == "Inf") {
+      s.value = std::numeric_limits<double>::infinity();
+    } else if (rest == "-Inf") {
+      s.value = -std::numeric_limits<double>::infinity();
+    } else if (rest == "NaN") {
+      s.value = std::numeric_limits<double>::quiet_NaN();
+    } else if (!absl::SimpleAtod(rest, &s.value)) {
+      continue;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// A histogram's cumulative buckets (upper bound -> count), sum and count.
+struct Histogram {
+  std::map<double, double> buckets;
+  double sum = 0;
+  double count = 0;
+};
+
+// Estimates quantile q from cumulative buckets the way PromQL's
+// histogram_quantile does: linear within the bucket holding rank q * count,
+// from 0 for the first; the highest finite bound for the +Inf bucket. NaN
+// when there are no observations.
+double EstimateQuantile(const Histogram& h, double q) {
+  double total = 0;
+  if (!h.buckets.empty()) total = h.buckets.rbegin()->second;
+  if (!(total > 0)) return std::numeric_limits<double>::quiet_NaN();
+  const double rank = q * total;
+  double lower = 0, below = 0;
+  for (const auto& [le, cumulative] : h.buckets) {
+    if (cumulative >= rank) {
+      if (std::isinf(le)) return lower;
+      if (cumulative == below) return le;
+      return lower + (le - lower) * (rank - below) / (cumulative - below);
+    }
+    lower = le;
+    below = cumulative;
+  }
+  return lower;
+}
+
+// What top shows, from one scrape or the difference of two.
+struct MetricsView {
+  std::string version, backend;
+  double start_time = std::numeric_limits<double>::quiet_NaN();  // unix s
+  // method -> code -> finished calls.
+  std::map<std::string, std::map<std::string, double>> calls;
+  std::map<std::string, Histogram> method_latency;  // request_duration
+  std::map<std::string, Histogram> stage_latency;   // stage_duration
+  Histogram batch;                                  // batch_queries
+  std::map<std::string, double> rejected;           // reason -> queries
+  double queue_depth = 0, queue_bytes = 0;          // gauges: never diffed
+};
+
+MetricsView ViewOf(const std::vector<Sample>& samples) {
+  MetricsView v;
+  auto label = [](const Sample& s, const char* key) {
+    auto it = s.labels.find(key);
+    return it == s.labels.end() ? std::string() : it->second;
+  };
+  auto add_histogram_sample = [&](Histogram& h, const Sample& s,
+                                  absl::string_view suffix) {
+    if (suffix == "_bucket") {
+      double le;
+      const std::string text = label(s, "le");
+      if (text == "+Inf") {
+        le = std::numeric_limits<double>::infinity();
+      } else if (!absl::SimpleAtod(text, &le)) {
+        return;
+      }
+      h.buckets[le] = s.value;
+    } else if (suffix == "_sum") {
+      h.sum = s.value;
+    } else if (suffix == "_count") {
+      h.count = s.value;
+    }
+  };
+  for (const Sample& s : samples) {
+    absl::string_view name = s.name;
+    if (name == "maxsimd_requests_total") {
+      v.calls[label(s, "method")][label(s, "code")] += s.value;
+    } else if (name == "maxsimd_queue_depth") {
+      v.queue_depth = s.value;
+    } else if (name == "maxsimd_queue_bytes") {
+      v.queue_bytes = s.value;
+    } else if (name == "maxsimd_rejected_total") {
+      v.rejected[label(s, "reason")] += s.value;
+    } else if (name == "maxsimd_build_info") {
+      v.version = label(s, "version");
+      v.backend = label(s, "backend");
+    } else if (name == "process_start_time_seconds") {
+      v.start_time = s.value;
+    } else {
+      for (absl::string_view suffix : {"_bucket", "_sum", "_count"}) {
+        absl::string_view base = name;
+        if (!absl::ConsumeSuffix(&base, suffix)) continue;
+        if (base == "maxsimd_request_duration_seconds") {
+          add_histogram_sample(v.method_latency[label(s, "method")], s, suffix);
+        } else if (base == "maxsimd_stage_duration_seconds") {
+          add_histogram_sample(v.stage_latency[label(s, "stage")], s, suffix);
+        } else if (base == "maxsimd_batch_queries") {
+          add_histogram_sample(v.batch, s, suffix);
+        }
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+// cur - prev for counters and histograms (a counter that went down means
+// the server restarted: cur is taken whole); gauges are cur's.
+Histogram Minus(const Histogram& cur, const Histogram* prev) {
+  if (prev == nullptr || cur.count < prev->count) return cur;
+  Histogram d = cur;
+  d.sum -= prev->sum;
+  d.count -= prev->count;
+  for (auto& [le, n] : d.buckets) {
+    auto it = prev->buckets.find(le);
+    if (it != prev->buckets.end()) n -= it->second;
+  }
+  return d;
+}
+
+MetricsView Minus(const MetricsView& cur, const MetricsView& prev) {
+  MetricsView d = cur;
+  for (auto& [method, codes] : d.calls) {
+    for (auto& [code, n] : codes) {
+      auto m = prev.calls.find(method);
+      if (m == prev.calls.end()) continue;
+      auto c = m->second.find(code);
+      if (c != m->second.end() && c->second <= n) n -= c->second;
+    }
+  }
+  auto minus_all = [](std::map<std::string, Histogram>& out,
+                      const std::map<std::string, Histogram>& before) {
+    for (auto& [key, h] : out) {
+      auto it = before.find(key);
+      h = Minus(h, it == before.end() ? nullptr : &it->second);
+    }
+  };
+  minus_all(d.method_latency, prev.method_latency);
+  minus_all(d.stage_latency, prev.stage_latency);
+  d.batch = Minus(cur.batch, &prev.batch);
+  for (auto& [reason, n] : d.rejected) {
+    auto it = prev.rejected.find(reason);
+    if (it != prev.rejected.end() && it->second <= n) n -= it->second;
+  }
+  return d;
+}
+
+std::string FormatMs(double seconds) {
+  if (std::isnan(seconds)) return "-";
+  return absl::StrFormat("%.3f", seconds * 1e3);
+}
+
+std::string FormatRate(double n, double window) {
+  if (!(window > 0)) return "-";
+  return absl::StrFormat("%.1f", n / window);
+}
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0)) return "-";
+  if (seconds < 1) return "0s";
+  return absl::FormatDuration(absl::Seconds(std::floor(seconds)));
+}
+
+// One frame: `window` seconds of `v`; since_start when v counts from the
+// server's start.
+std::string TopFrame(const MetricsView& v, const std::string& address,
+                     double window, double uptime, bool since_start, bool json,
+                     bool ansi) {
+  double requests = 0, errors = 0;
+  struct MethodRow {
+    std::string method;
+    double calls = 0, errors = 0;
+    const Histogram* latency = nullptr;
+  };
+  std::vector<MethodRow> methods;
+  for (const auto& [method, codes] : v.calls) {
+    MethodRow row;
+    row.method = method;
+    for (const auto& [code, n] : codes) {
+      row.calls += n;
+      if (code != "OK") row.errors += n;
+    }
+    auto it = v.method_latency.find(method);
+    if (it != v.method_latency.end()) row.latency = &it->second;
+    requests += row.calls;
+    errors += row.errors;
+    methods.push_back(std::move(row));
+  }
+  double rejected = 0;
+  for (const auto& [reason, n] : v.rejected) rejected += n;
+  static const char* kStageOrder[] = {"queue", "compute", "h2d",  "kernel",
+                                      "topk",  "d2h",     "total"};
+  std::vector<std::pair<std::string, const Histogram*>> stages;
+  for (const char* stage : kStageOrder) {
+    auto it = v.stage_latency.find(stage);
+    if (it != v.stage_latency.end()) stages.emplace_back(stage, &it->second);
+  }
+  const Histogram* total = nullptr;
+  if (auto it = v.stage_latency.find("total"); it != v.stage_latency.end()) {
+    total = &it->second;
+  }
+  const Histogram empty;
+  const Histogram& t = total != nullptr ? *total : empty;
+  const double mean_batch = v.batch.count > 0
+                                ? v.batch.sum / v.batch.count
+                                : std::numeric_limits<double>::quiet_NaN();
+  auto per_second = [&](double n) {
+    return window > 0 ? n / window : std::numeric_limits<double>::quiet_NaN();
+  };
+  auto mean = [](const Histogram& h) {
+    return h.count > 0 ? h.sum / h.count
+                       : std::numeric_limits<double>::quiet_NaN();
+  };
+
+  if (json) {
+    auto ms = [](double s) { return JsonNumber(s * 1e3); };
+    std::string out = absl::StrCat(
+        "{\"metrics\":", JsonString(address),
+        ",\"version\":", JsonString(v.version),
+        ",\"backend\":", JsonString(v.backend),
+        ",\"uptime_seconds\":", JsonNumber(uptime),
+        ",\"window_seconds\":", JsonNumber(window),
+        ",\"since_start\":", since_start ? "true" : "false",
+        ",\"requests\":", JsonNumber(requests),
+        ",\"qps\":", JsonNumber(per_second(requests)),
+        ",\"errors\":", JsonNumber(errors),
+        ",\"errors_per_second\":", JsonNumber(per_second(errors)),
+        ",\"queries\":", JsonNumber(t.count),
+        ",\"latency_p50_ms\":", ms(EstimateQuantile(t, 0.5)),
+        ",\"latency_p99_ms\":", ms(EstimateQuantile(t, 0.99)),
+        ",\"latency_mean_ms\":", ms(mean(t)),
+        ",\"queue_depth\":", JsonNumber(v.queue_depth),
+        ",\"queue_bytes\":", JsonNumber(v.queue_bytes),
+        ",\"rejected\":", JsonNumber(rejected),
+        ",\"rejected_per_second\":", JsonNumber(per_second(rejected)),
+        ",\"batch_mean_queries\":", JsonNumber(mean_batch),
+        ",\"rejected_by_reason\":{");
+    bool first = true;
+    for (const auto& [reason, n] : v.rejected) {
+      absl::StrAppend(&out, first ? "" : ",", JsonString(reason), ":",
+                      JsonNumber(n));
+      first = false;
+    }
+    out += "},\"methods\":[";
+    for (size_t i = 0; i < methods.size(); ++i) {
+      const MethodRow& m = methods[i];
+      const Histogram& h = m.latency != nullptr ? *m.latency : empty;
+      absl::StrAppend(&out, i > 0 ? "," : "",
+                      "{\"method\":", JsonString(m.method),
+                      ",\"requests\":", JsonNumber(m.calls),
+                      ",\"qps\":", JsonNumber(per_second(m.calls)),
+                      ",\"errors\":", JsonNumber(m.errors),
+                      ",\"p50_ms\":", ms(EstimateQuantile(h, 0.5)),
+                      ",\"p99_ms\":", ms(EstimateQuantile(h, 0.99)),
+                      ",\"mean_ms\":", ms(mean(h)), "}");
+    }
+    out += "],\"stages\":[";
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const Histogram& h = *stages[i].second;
+      absl::StrAppend(&out, i > 0 ? "," : "",
+                      "{\"stage\":", JsonString(stages[i].first),
+                      ",\"queries\":", JsonNumber(h.count),
+                      ",\"p50_ms\":", ms(EstimateQuantile(h, 0.5)),
+                      ",\"p99_ms\":", ms(EstimateQuantile(h, 0.99)),
+                      ",\"mean_ms\":", ms(mean(h)), "}");
+    }
+    return out + "]}\n";
+  }
+
+  const std::string bold = ansi ? "\x1b[1m" : "";
+  const std::string plain = ansi ? "\x1b[0m" : "";
+  std::string out = absl::StrFormat(
+      "%smaxsimd %s (%s)%s at %s   up %s   %s\n", bold, v.version, v.backend,
+      plain, address, FormatDuration(uptime),
+      since_start ? "averages since start"
+                  : absl::StrFormat("last %.1fs", window));
+  absl::StrAppendFormat(&out, "requests  %s/s   errors %s/s   (%.0f, %.0f)\n",
+                        FormatRate(requests, window),
+                        FormatRate(errors, window), requests, errors);
+  absl::StrAppendFormat(
+      &out, "latency   p50 %s ms   p99 %s ms   mean %s ms   (%.0f queries)\n",
+      FormatMs(EstimateQuantile(t, 0.5)), FormatMs(EstimateQuantile(t, 0.99)),
+      FormatMs(mean(t)), t.count);
+  std::string reasons;
+  for (const auto& [reason, n] : v.rejected) {
+    if (n > 0) absl::StrAppendFormat(&reasons, " %s=%.0f", reason, n);
+  }
+  absl::StrAppendFormat(
+      &out, "queue     %.0f queries, %.0f bytes   rejected %s/s (%.0f%s)\n",
+      v.queue_depth, v.queue_bytes, FormatRate(rejected, window), rejected,
+      reasons.empty() ? "" : absl::StrCat(":", reasons));
+  absl::StrAppendFormat(&out, "batches   mean %s queries\n\n",
+                        std::isnan(mean_batch)
+                            ? std::string("-")
+                            : absl::StrFormat("%.1f", mean_batch));
+  absl::StrAppendFormat(&out, "%s%-16s %9s %9s %10s %10s %10s%s\n", bold,
+                        "METHOD", "REQ/S", "ERR/S", "P50 MS", "P99 MS",
+                        "MEAN MS", plain);
+  for (const MethodRow& m : methods) {
+    if (!since_start && m.calls == 0) continue;  // idle in this interval
+    const Histogram& h = m.latency != nullptr ? *m.latency : empty;
+    absl::StrAppendFormat(
+        &out, "%-16s %9s %9s %10s %10s %10s\n", m.method,
+        FormatRate(m.calls, window), FormatRate(m.errors, window),
+        FormatMs(EstimateQuantile(h, 0.5)), FormatMs(EstimateQuantile(h, 0.99)),
+        FormatMs(mean(h)));
+  }
+  absl::StrAppendFormat(&out, "\n%s%-16s %9s %9s %10s %10s %10s%s\n", bold,
+                        "STAGE", "QUERIES", "QUERY/S", "P50 MS", "P99 MS",
+                        "MEAN MS", plain);
+  for (const auto& [stage, h] : stages) {
+    // Stages the backend does not time (h2d, topk and d2h on the CPU) are
+    // observed as 0 s: left out, as are stages idle in this interval.
+    if (h->count == 0 || h->sum == 0) continue;
+    absl::StrAppendFormat(
+        &out, "%-16s %9.0f %9s %10s %10s %10s\n", stage, h->count,
+        FormatRate(h->count, window), FormatMs(EstimateQuantile(*h, 0.5)),
+        FormatMs(EstimateQuantile(*h, 0.99)), FormatMs(mean(*h)));
+  }
+  return out;
+}
+
+int RunTop(const Globals& g, const Flags& f) {
+  std::string address = f.Get("metrics");
+  if (address.empty()) {
+    std::string host, port;
+    if (!SplitHostPort(g.options.target, &host, &port)) {
+      return PrintError(
+          UsageError(absl::StrCat("cannot tell the metrics address from "
+                                  "--target '",
+                                  g.options.target, "'; give --metrics")),
+          kExitUsage);
+    }
+    address = absl::StrCat(host.find(':') != std::string::npos
+                               ? absl::StrCat("[", host, "]")
+                               : host,
+                           ":9464");
+  }
+  absl::Duration interval;
+  if (!absl::ParseDuration(f.Get("interval"), &interval) ||
+      interval <= absl::ZeroDuration()) {
+    return PrintError(
+        UsageError(absl::StrCat("--interval must be a positive duration such "
+                                "as 500ms or 2s, got '",
+                                f.Get("interval"), "'")),
+        kExitUsage);
+  }
+  absl::StatusOr<int64_t> iterations =
+      ParseInt(f, "iterations", 0, std::numeric_limits<int32_t>::max());
+  if (!iterations.ok()) return PrintError(iterations.status(), kExitUsage);
+  if (f.Bool("once")) *iterations = 1;
+  const bool ansi = !g.json && *iterations != 1 && isatty(fileno(stdout));
+
+  std::optional<MetricsView> previous;
+  absl::Time previous_time;
+  for (int64_t frame = 0; *iterations == 0 || frame < *iterations; ++frame) {
+    if (frame > 0) absl::SleepFor(interval);
+    absl::StatusOr<std::string> body =
+        HttpGetMetrics(address, g.options.timeout);
+    if (!body.ok()) return PrintError(body.status(), kExitError);
+    const absl::Time now = absl::Now();
+    MetricsView view = ViewOf(ParsePrometheusText(*body));
+    if (view.version.empty()) {
+      return PrintError(absl::UnavailableError(absl::StrCat(
+                            address,
+                            "/metrics has no maxsimd_build_info: not a maxsimd "
+                            "metrics endpoint")),
+                        kExitError);
+    }
+    const double uptime =
+        absl::ToDoubleSeconds(now - absl::UnixEpoch()) - view.start_time;
+    std::string text;
+    if (previous.has_value()) {
+      text = TopFrame(Minus(view, *previous), address,
+                      absl::ToDoubleSeconds(now - previous_time), uptime,
+                      /*since_start=*/false, g.json, ansi);
+    } else {
+      text = TopFrame(view, address, uptime, uptime, /*since_start=*/true,
+                      g.json, ansi);
+    }
+    if (ansi) {
+      std::fputs("\x1b[H\x1b[2J", stdout);  // home, clear screen
+    } else if (frame > 0 && !g.json) {
+      std::fputs("\n", stdout);
+    }
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    previous = std::move(view);
+    previous_time = now;
+  }
+  return kExitOk;
+}
+
 // Uniform in [0, n) from the raw engine, which is the same on every
 // platform (std::uniform_int_distribution is not).
 uint64_t Below(std::mt19937_64& rng, uint64_t n) {
@@ -1050,6 +1667,30 @@ const std::vector<CommandDef>& Commands() {
        "grpc.health.v1 check (exit 0 SERVING, 3 otherwise)",
        {{"service", "S", "service name (empty: the whole server)", "", false}},
        RunHealth},
+      {"log-level",
+       "print the server's log level, or set it: maxsimctl log-level LEVEL "
+       "(Admin.SetLogLevel; lasts until the next change or a restart)",
+       {{"level", "LEVEL",
+         "new level: trace, debug, info, warn, error, critical or off "
+         "(also accepted as the argument)",
+         "", false}},
+       RunLogLevel,
+       "level"},
+      {"top",
+       "live view of the server's /metrics: requests/s, errors, latency "
+       "p50/p99 (estimated from the histogram buckets), queue depth and "
+       "rejections; the first frame averages since the server started, the "
+       "next ones each cover the last --interval",
+       {{"metrics", "HOST:PORT",
+         "the server's --metrics_listen address (default: --target's host, "
+         "port 9464)",
+         "", false},
+        {"interval", "DURATION", "time between frames", "2s", false},
+        {"iterations", "N", "frames to print, then exit (0: until killed)", "0",
+         false},
+        {"once", nullptr, "print one frame and exit (--iterations=1)", nullptr,
+         false}},
+       RunTop},
       {"generate",
        "write a synthetic clustered corpus and queries (no server needed)",
        {{"out", "DIR", "output directory (created if missing)", nullptr, true},
@@ -1104,6 +1745,10 @@ std::string MainUsage() {
 std::string CommandUsage(const CommandDef& c) {
   std::string out = absl::StrCat("Usage: maxsimctl [global flags] ", c.name);
   for (const FlagDef& d : c.flags) absl::StrAppend(&out, " ", FlagUsage(d));
+  if (c.positional != nullptr) {
+    absl::StrAppend(&out, "\n       maxsimctl [global flags] ", c.name, " [",
+                    absl::AsciiStrToUpper(c.positional), "]");
+  }
   absl::StrAppend(&out, "\n\n", c.summary, "\n");
   if (!c.flags.empty()) out += "\nFlags:\n";
   for (const FlagDef& d : c.flags) {
@@ -1140,12 +1785,19 @@ int Main(int argc, char** argv) {
   Flags command_flags;
   const CommandDef* command = nullptr;
   bool help = false;
+  bool positional_taken = false;
   for (const FlagDef& d : GlobalFlagDefs()) {
     if (d.default_value != nullptr) global_flags.Set(d.name, d.default_value);
   }
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (!absl::ConsumePrefix(&arg, "--")) {
+      if (command != nullptr && command->positional != nullptr &&
+          !positional_taken) {
+        command_flags.Set(command->positional, std::string(arg));
+        positional_taken = true;
+        continue;
+      }
       if (command != nullptr) {
         return UsageExit(
             absl::StrCat("unexpected argument '", arg, "' after command '",

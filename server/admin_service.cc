@@ -11,8 +11,10 @@
 #include "index/plaid.h"
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
+#include "server/logging.h"
 #include "server/request_decoder.h"
 #include "server/reranker_service.h"
+#include "spdlog/spdlog.h"
 
 namespace maxsimd {
 namespace {
@@ -120,11 +122,12 @@ std::vector<int32_t> TokenCounts(const std::vector<int64_t>& cu_seqlens) {
   return counts;
 }
 
-// Finishes a unary admin call and records it.
-void FinishUnary(grpc::ServerUnaryReactor* reactor, Metrics* metrics,
+// Finishes a unary admin call and records it, echoing its request id.
+void FinishUnary(grpc::CallbackServerContext* ctx,
+                 grpc::ServerUnaryReactor* reactor, Metrics* metrics,
                  const char* method, absl::Time arrival,
                  const absl::Status& status) {
-  ObserveCall(metrics, method, arrival, status);
+  ObserveCall(metrics, method, arrival, status, TakeRequestId(ctx));
   reactor->Finish(ToGrpcStatus(status));
 }
 
@@ -134,8 +137,12 @@ void FinishUnary(grpc::ServerUnaryReactor* reactor, Metrics* metrics,
 class AddReactor final
     : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
  public:
-  AddReactor(AdminService* service, v1::AddDocumentsResponse* response)
-      : service_(service), response_(response), arrival_(absl::Now()) {
+  AddReactor(AdminService* service, grpc::CallbackServerContext* ctx,
+             v1::AddDocumentsResponse* response)
+      : service_(service),
+        response_(response),
+        arrival_(absl::Now()),
+        request_id_(TakeRequestId(ctx)) {
     StartRead(&request_);
   }
 
@@ -146,7 +153,8 @@ class AddReactor final
       StartRead(&request_);
       return;
     }
-    ObserveCall(service_->metrics(), "AddDocuments", arrival_, status);
+    ObserveCall(service_->metrics(), "AddDocuments", arrival_, status,
+                request_id_);
     Finish(ToGrpcStatus(status));
   }
 
@@ -209,6 +217,7 @@ class AddReactor final
   AdminService* const service_;
   v1::AddDocumentsResponse* const response_;
   const absl::Time arrival_;
+  const std::string request_id_;  // x-request-id metadata; "" when absent
   v1::AddDocumentsRequest request_;
   int64_t messages_ = 0;
   std::shared_ptr<Corpus> corpus_;
@@ -263,13 +272,13 @@ grpc::ServerUnaryReactor* AdminService::CreateCorpus(
     DescribeCorpus(*corpus, corpora_->backend()->name(), response);
     return absl::OkStatus();
   }();
-  FinishUnary(reactor, metrics_, "CreateCorpus", arrival, status);
+  FinishUnary(ctx, reactor, metrics_, "CreateCorpus", arrival, status);
   return reactor;
 }
 
 grpc::ServerReadReactor<v1::AddDocumentsRequest>* AdminService::AddDocuments(
-    grpc::CallbackServerContext*, v1::AddDocumentsResponse* response) {
-  return new AddReactor(this, response);
+    grpc::CallbackServerContext* ctx, v1::AddDocumentsResponse* response) {
+  return new AddReactor(this, ctx, response);
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteDocuments(
@@ -288,7 +297,7 @@ grpc::ServerUnaryReactor* AdminService::DeleteDocuments(
     response->set_missing(r.missing);
     return absl::OkStatus();
   }();
-  FinishUnary(reactor, metrics_, "DeleteDocuments", arrival, status);
+  FinishUnary(ctx, reactor, metrics_, "DeleteDocuments", arrival, status);
   return reactor;
 }
 
@@ -297,7 +306,7 @@ grpc::ServerUnaryReactor* AdminService::DropCorpus(
     v1::DropCorpusResponse*) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
-  FinishUnary(reactor, metrics_, "DropCorpus", arrival,
+  FinishUnary(ctx, reactor, metrics_, "DropCorpus", arrival,
               corpora_->Drop(request->name()));
   return reactor;
 }
@@ -311,7 +320,7 @@ grpc::ServerUnaryReactor* AdminService::ListCorpora(
     DescribeCorpus(*corpus, corpora_->backend()->name(),
                    response->add_corpora());
   }
-  FinishUnary(reactor, metrics_, "ListCorpora", arrival, absl::OkStatus());
+  FinishUnary(ctx, reactor, metrics_, "ListCorpora", arrival, absl::OkStatus());
   return reactor;
 }
 
@@ -325,7 +334,7 @@ grpc::ServerUnaryReactor* AdminService::GetCorpus(
   if (corpus.ok()) {
     DescribeCorpus(**corpus, corpora_->backend()->name(), response);
   }
-  FinishUnary(reactor, metrics_, "GetCorpus", arrival, corpus.status());
+  FinishUnary(ctx, reactor, metrics_, "GetCorpus", arrival, corpus.status());
   return reactor;
 }
 
@@ -337,7 +346,7 @@ grpc::ServerUnaryReactor* AdminService::SetAlias(
   absl::StatusOr<std::string> previous =
       corpora_->SetAlias(request->alias(), request->corpus());
   if (previous.ok()) response->set_previous_corpus(*previous);
-  FinishUnary(reactor, metrics_, "SetAlias", arrival, previous.status());
+  FinishUnary(ctx, reactor, metrics_, "SetAlias", arrival, previous.status());
   return reactor;
 }
 
@@ -346,7 +355,7 @@ grpc::ServerUnaryReactor* AdminService::DeleteAlias(
     v1::DeleteAliasResponse*) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
-  FinishUnary(reactor, metrics_, "DeleteAlias", arrival,
+  FinishUnary(ctx, reactor, metrics_, "DeleteAlias", arrival,
               corpora_->DeleteAlias(request->alias()));
   return reactor;
 }
@@ -361,7 +370,7 @@ grpc::ServerUnaryReactor* AdminService::ListAliases(
     a->set_alias(alias);
     a->set_corpus(corpus);
   }
-  FinishUnary(reactor, metrics_, "ListAliases", arrival, absl::OkStatus());
+  FinishUnary(ctx, reactor, metrics_, "ListAliases", arrival, absl::OkStatus());
   return reactor;
 }
 
@@ -405,7 +414,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
     return corpora_->SnapshotCorpus(request->name(), dir);
   }();
   if (docs.ok()) response->set_num_documents(*docs);
-  FinishUnary(reactor, metrics_, "SnapshotCorpus", arrival, docs.status());
+  FinishUnary(ctx, reactor, metrics_, "SnapshotCorpus", arrival, docs.status());
   return reactor;
 }
 
@@ -424,7 +433,7 @@ grpc::ServerUnaryReactor* AdminService::LoadCorpus(
   if (corpus.ok()) {
     DescribeCorpus(**corpus, corpora_->backend()->name(), response);
   }
-  FinishUnary(reactor, metrics_, "LoadCorpus", arrival, corpus.status());
+  FinishUnary(ctx, reactor, metrics_, "LoadCorpus", arrival, corpus.status());
   return reactor;
 }
 
@@ -505,7 +514,47 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
                    response->mutable_corpus());
     return absl::OkStatus();
   }();
-  FinishUnary(reactor, metrics_, "ImportDocuments", arrival, status);
+  FinishUnary(ctx, reactor, metrics_, "ImportDocuments", arrival, status);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::GetLogLevel(
+    grpc::CallbackServerContext* ctx, const v1::GetLogLevelRequest*,
+    v1::GetLogLevelResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  response->set_level(std::string(LogLevelName(spdlog::get_level())));
+  FinishUnary(ctx, reactor, metrics_, "GetLogLevel", arrival, absl::OkStatus());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::SetLogLevel(
+    grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
+    v1::SetLogLevelResponse* response) {
+  const absl::Time arrival = absl::Now();
+  auto* reactor = ctx->DefaultReactor();
+  const std::string request_id = TakeRequestId(ctx);
+  absl::StatusOr<spdlog::level::level_enum> level =
+      ParseLogLevel(request->level(), "level");
+  if (level.ok()) {
+    const spdlog::level::level_enum previous = spdlog::get_level();
+    response->set_previous_level(std::string(LogLevelName(previous)));
+    response->set_level(std::string(LogLevelName(*level)));
+    // The change is logged (at info, or the more verbose level when that
+    // is above info) while the more verbose of the two levels is in force,
+    // so the line shows under either.
+    const auto note = [&] {
+      ScopedRequestId scope(request_id);
+      spdlog::log(std::max(spdlog::level::info, std::min(previous, *level)),
+                  "log level {} (was {}), set by SetLogLevel",
+                  response->level(), response->previous_level());
+    };
+    if (*level <= previous) spdlog::set_level(*level);
+    if (std::min(previous, *level) != spdlog::level::off) note();
+    if (*level > previous) spdlog::set_level(*level);
+  }
+  ObserveCall(metrics_, "SetLogLevel", arrival, level.status(), request_id);
+  reactor->Finish(ToGrpcStatus(level.status()));
   return reactor;
 }
 

@@ -1,5 +1,7 @@
 // The maxsimd.v1.Admin gRPC service (callback API): corpus creation,
-// streaming appends, deletes, drops and inspection.
+// streaming appends, deletes, drops and inspection, and the server's log
+// level (spdlog's process-wide level, logging.h). A call's x-request-id
+// metadata is echoed in its trailing metadata and tags its log lines.
 //
 // Writes are applied through Corpus, which publishes a new snapshot
 // atomically, so a failed call leaves the corpus unchanged and queries in
@@ -73,6 +75,12 @@ class AdminService final : public v1::Admin::CallbackService {
       grpc::CallbackServerContext* ctx,
       const v1::ImportDocumentsRequest* request,
       v1::AddDocumentsResponse* response) override;
+  grpc::ServerUnaryReactor* GetLogLevel(
+      grpc::CallbackServerContext* ctx, const v1::GetLogLevelRequest* request,
+      v1::GetLogLevelResponse* response) override;
+  grpc::ServerUnaryReactor* SetLogLevel(
+      grpc::CallbackServerContext* ctx, const v1::SetLogLevelRequest* request,
+      v1::SetLogLevelResponse* response) override;
 
   CorpusRegistry* corpora() const { return corpora_; }
   const AdminLimits& limits() const { return limits_; }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/types.h"
+#include "server/logging.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -119,7 +120,14 @@ ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM, how long in-flight requests may take to finish");
 ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug (one line per request), info, warn, error or off");
+          "trace, debug (one line per request), info (adds failed requests "
+          "caused by the caller), warn (refused under load or past their "
+          "deadline), error, critical or off; changed at run time by "
+          "Admin.SetLogLevel (maxsimctl log-level)");
+ABSL_FLAG(std::string, log_format, "text",
+          "text (spdlog's lines) or json (one JSON object per line: time, "
+          "level, logger, thread, message, and request_id for a line written "
+          "for a call with x-request-id metadata)");
 ABSL_FLAG(int64_t, demo_docs, 0,
           "If > 0, create corpus \"demo\" with this many synthetic documents");
 ABSL_FLAG(std::vector<std::string>, demo_corpus, {},
@@ -142,12 +150,14 @@ int main(int argc, char** argv) {
       "[--flagfile=config.flags]");
   absl::ParseCommandLine(argc, argv);
 
-  const spdlog::level::level_enum level =
-      spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
-  if (level == spdlog::level::off && absl::GetFlag(FLAGS_log_level) != "off") {
-    return Fail("--log_level must be trace, debug, info, warn, error or off");
-  }
-  spdlog::set_level(level);
+  const absl::StatusOr<spdlog::level::level_enum> level =
+      maxsimd::ParseLogLevel(absl::GetFlag(FLAGS_log_level), "--log_level");
+  if (!level.ok()) return Fail(std::string(level.status().message()));
+  const absl::StatusOr<maxsimd::LogFormat> format =
+      maxsimd::ParseLogFormat(absl::GetFlag(FLAGS_log_format), "--log_format");
+  if (!format.ok()) return Fail(std::string(format.status().message()));
+  maxsimd::ConfigureLogging(*format);
+  spdlog::set_level(*level);
 
   maxsimd::ServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
-#include "spdlog/spdlog.h"
+#include "server/logging.h"
 
 namespace maxsimd {
 
@@ -31,12 +31,13 @@ void FillResponse(const QueryOutcome& outcome, absl::Time arrival,
 }
 
 void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
-                 const absl::Status& status) {
+                 const absl::Status& status, absl::string_view request_id) {
   const double seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
-  const std::string code = absl::StatusCodeToString(status.code());
-  if (metrics != nullptr) metrics->ObserveRequest(method, code, seconds);
-  spdlog::debug("{} {} {:.3f} ms{}{}", method, code, seconds * 1e3,
-                status.ok() ? "" : ": ", std::string(status.message()));
+  if (metrics != nullptr) {
+    metrics->ObserveRequest(method, absl::StatusCodeToString(status.code()),
+                            seconds);
+  }
+  LogCall(method, request_id, seconds, status);
 }
 
 RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
@@ -75,10 +76,13 @@ namespace {
 // itself in OnDone, which gRPC calls after Finish and after any OnCancel.
 class UnaryReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit UnaryReactor(Scheduler* scheduler)
-      : scheduler_(scheduler), cancel_key_(scheduler->NewCancelKey()) {}
+  UnaryReactor(Scheduler* scheduler, grpc::CallbackServerContext* ctx)
+      : scheduler_(scheduler),
+        cancel_key_(scheduler->NewCancelKey()),
+        request_id_(TakeRequestId(ctx)) {}
 
   uint64_t cancel_key() const { return cancel_key_; }
+  const std::string& request_id() const { return request_id_; }
 
   void OnCancel() override { scheduler_->Cancel(cancel_key_); }
   void OnDone() override { delete this; }
@@ -86,6 +90,7 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
  private:
   Scheduler* const scheduler_;
   const uint64_t cancel_key_;
+  const std::string request_id_;  // x-request-id metadata; "" when absent
 };
 
 }  // namespace
@@ -94,9 +99,9 @@ grpc::ServerUnaryReactor* RerankerService::Rerank(
     grpc::CallbackServerContext* ctx, const v1::RerankRequest* request,
     v1::RerankResponse* response) {
   const absl::Time arrival = absl::Now();
-  auto* reactor = new UnaryReactor(scheduler_);
+  auto* reactor = new UnaryReactor(scheduler_, ctx);
   auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
-    ObserveCall(metrics, "Rerank", arrival, s);
+    ObserveCall(metrics, "Rerank", arrival, s, reactor->request_id());
     reactor->Finish(ToGrpcStatus(s));
   };
   absl::StatusOr<QueryTask> task =
@@ -121,9 +126,9 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
     grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
     v1::RerankBatchResponse* response) {
   const absl::Time arrival = absl::Now();
-  auto* reactor = new UnaryReactor(scheduler_);
+  auto* reactor = new UnaryReactor(scheduler_, ctx);
   auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
-    ObserveCall(metrics, "RerankBatch", arrival, s);
+    ObserveCall(metrics, "RerankBatch", arrival, s, reactor->request_id());
     reactor->Finish(ToGrpcStatus(s));
   };
   const int n = request->queries_size();
@@ -191,7 +196,8 @@ class StreamReactor final
       : service_(service),
         ctx_(ctx),
         start_(absl::Now()),
-        cancel_key_(service->scheduler()->NewCancelKey()) {
+        cancel_key_(service->scheduler()->NewCancelKey()),
+        request_id_(TakeRequestId(ctx)) {
     StartRead(&request_);
   }
 
@@ -216,7 +222,8 @@ class StreamReactor final
         auto response = std::make_unique<v1::RerankResponse>();
         response->set_request_id(request_id);
         if (out.ok()) FillResponse(*out, arrival, response.get());
-        Answer(std::move(response), out.status(), /*was_pending=*/true);
+        Answer(std::move(response), out.status(), arrival,
+               /*was_pending=*/true);
       };
       std::vector<QueryTask> tasks;
       tasks.push_back(*std::move(task));
@@ -224,12 +231,14 @@ class StreamReactor final
       if (!submitted.ok()) {
         auto response = std::make_unique<v1::RerankResponse>();
         response->set_request_id(request_id);
-        Answer(std::move(response), submitted, /*was_pending=*/true);
+        Answer(std::move(response), submitted, arrival,
+               /*was_pending=*/true);
       }
     } else {
       auto response = std::make_unique<v1::RerankResponse>();
       response->set_request_id(request_id);
-      Answer(std::move(response), task.status(), /*was_pending=*/false);
+      Answer(std::move(response), task.status(), arrival,
+             /*was_pending=*/false);
     }
     StartRead(&request_);
   }
@@ -256,18 +265,24 @@ class StreamReactor final
   }
 
   void OnDone() override {
-    ObserveCall(service_->metrics(), "RerankStream", start_, absl::OkStatus());
+    ObserveCall(service_->metrics(), "RerankStream", start_, absl::OkStatus(),
+                request_id_);
     delete this;
   }
 
  private:
   // Queues one response for writing. Responses carry their status in the
-  // message so one bad request does not end the stream.
+  // message so one bad request does not end the stream; a failed one is
+  // logged. `arrival`: when its request was read.
   void Answer(std::unique_ptr<v1::RerankResponse> response,
-              const absl::Status& status, bool was_pending) {
+              const absl::Status& status, absl::Time arrival,
+              bool was_pending) {
     response->set_status_code(static_cast<int32_t>(status.code()));
     if (!status.ok()) {
       response->set_status_message(std::string(status.message()));
+      LogCall("RerankStream", request_id_,
+              absl::ToDoubleSeconds(absl::Now() - arrival), status,
+              response->request_id());
     }
     absl::MutexLock lock(&mu_);
     if (was_pending) --pending_;
@@ -297,8 +312,9 @@ class StreamReactor final
   RerankerService* const service_;
   grpc::CallbackServerContext* const ctx_;
   const absl::Time start_;
-  const uint64_t cancel_key_;  // for every query this stream submits
-  v1::RerankRequest request_;  // the read in flight; reads are sequential
+  const uint64_t cancel_key_;     // for every query this stream submits
+  const std::string request_id_;  // x-request-id metadata; "" when absent
+  v1::RerankRequest request_;     // the read in flight; reads are sequential
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;

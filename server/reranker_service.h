@@ -8,6 +8,10 @@
 // the scheduler is finished at once and nothing is queued. When the client
 // cancels a call (or its deadline passes), the reactor's OnCancel withdraws
 // the call's still-queued queries from the scheduler (Scheduler::Cancel).
+// A call's x-request-id metadata is echoed in its trailing metadata and
+// tags the log lines written for it (logging.h); in RerankStream the
+// failure of one message is logged with the stream's id and the message's
+// own request_id.
 //
 // Thread-safety: the service object is shared by all gRPC threads; it holds
 // only pointers to thread-safe components.
@@ -60,9 +64,10 @@ class RerankerService final : public v1::Reranker::CallbackService {
 void FillResponse(const QueryOutcome& outcome, absl::Time arrival,
                   v1::RerankResponse* response);
 
-// Records the metrics and the debug log line of one finished RPC.
+// Records the metrics and the log line (LogCall) of one finished RPC;
+// `request_id` is the call's (TakeRequestId), "" when it has none.
 void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
-                 const absl::Status& status);
+                 const absl::Status& status, absl::string_view request_id);
 
 }  // namespace maxsimd
 

@@ -1,5 +1,6 @@
 #include "tests/e2e/e2e_support.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,12 +36,13 @@ std::string ServerBinary() {
 }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::vector<std::string>& flags, absl::Duration startup_timeout) {
+    const std::vector<std::string>& flags, absl::Duration startup_timeout,
+    const std::string& output_path) {
   std::unique_ptr<ServerProcess> server(new ServerProcess);
   const absl::Time deadline = absl::Now() + startup_timeout;
   absl::Status status;
   for (int attempt = 0; attempt < kLaunchAttempts; ++attempt) {
-    status = server->Launch(flags, deadline);
+    status = server->Launch(flags, deadline, output_path);
     // Only an early exit (say, a port taken meanwhile) is worth a retry.
     if (status.ok() || server->pid_ > 0) break;
   }
@@ -49,7 +51,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
 }
 
 absl::Status ServerProcess::Launch(const std::vector<std::string>& flags,
-                                   absl::Time deadline) {
+                                   absl::Time deadline,
+                                   const std::string& output_path) {
   port_ = FreePort();
   do {
     metrics_port_ = FreePort();
@@ -69,6 +72,14 @@ absl::Status ServerProcess::Launch(const std::vector<std::string>& flags,
   argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
+    if (!output_path.empty()) {
+      const int fd =
+          open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) _exit(126);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
     execv(argv[0], argv.data());
     _exit(127);
   }

@@ -39,10 +39,13 @@ class ServerProcess {
   // "gpu") and --log_level=warn, followed by `flags`
   // (each one "--name=value"). Returns once grpc.health.v1 reports SERVING,
   // or an error when the process exits first (retried on fresh ports, in
-  // case another process took one) or `startup_timeout` passes.
+  // case another process took one) or `startup_timeout` passes. With an
+  // `output_path`, the process's stdout and stderr (its log lines) go to
+  // that file, truncated at each launch; else they are the test's.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::vector<std::string>& flags,
-      absl::Duration startup_timeout = absl::Seconds(30));
+      absl::Duration startup_timeout = absl::Seconds(30),
+      const std::string& output_path = "");
 
   // SIGKILLs and reaps the process unless it has already been reaped.
   ~ServerProcess();
@@ -75,7 +78,7 @@ class ServerProcess {
   ServerProcess() = default;
   // One fork/exec on fresh ports, waiting for SERVING until `deadline`.
   absl::Status Launch(const std::vector<std::string>& flags,
-                      absl::Time deadline);
+                      absl::Time deadline, const std::string& output_path);
   // Records a reaped wait status.
   void Reaped(int wait_status);
 

@@ -6,10 +6,13 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -21,6 +24,9 @@
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
 #include "server/admin_service.h"
+#include "server/logging.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/support/http.h"
 #include "tests/support/status_matchers.h"
 
@@ -28,6 +34,7 @@ namespace maxsimd {
 namespace {
 
 using ::maxsimd::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class ServerTest : public ::testing::Test {
@@ -839,6 +846,124 @@ TEST_F(ServerTest, PlaidCorpusAnswersThroughCandidateGenerationOrAScan) {
   v1::RerankRequest full = Query("p", tokens, 32, 5);
   full.mutable_plaid()->set_n_full_scores(-1);
   refused(full, "plaid.n_full_scores is -1");
+}
+
+// Admin.SetLogLevel changes spdlog's level at once (a request's debug line
+// appears only after it), refuses an unknown level by name, and every line
+// written for a call carries the call's x-request-id, which comes back in
+// the trailing metadata.
+TEST_F(ServerTest, SetLogLevelTakesEffectAndRequestIdsTagTheLines) {
+  const spdlog::level::level_enum level_before = spdlog::get_level();
+  const std::shared_ptr<spdlog::logger> logger_before =
+      spdlog::default_logger();
+  std::ostringstream captured;
+  {
+    auto logger = std::make_shared<spdlog::logger>(
+        "maxsimd", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+    logger->set_formatter(MakeLogFormatter(LogFormat::kJson));
+    spdlog::set_default_logger(logger);
+    spdlog::set_level(spdlog::level::info);
+  }
+  // The JSON lines whose request_id is `id`, as (level, message).
+  auto lines_of = [&](const std::string& id) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (absl::string_view line :
+         absl::StrSplit(captured.str(), '\n', absl::SkipEmpty())) {
+      google::protobuf::Struct s;
+      EXPECT_TRUE(
+          google::protobuf::util::JsonStringToMessage(std::string(line), &s)
+              .ok())
+          << line;
+      auto it = s.fields().find("request_id");
+      if (it != s.fields().end() && it->second.string_value() == id) {
+        out.emplace_back(s.fields().at("level").string_value(),
+                         s.fields().at("message").string_value());
+      }
+    }
+    return out;
+  };
+  auto set_level = [&](const std::string& level, const std::string& id,
+                       v1::SetLogLevelResponse* response) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-request-id", id);
+    v1::SetLogLevelRequest request;
+    request.set_level(level);
+    return admin_->SetLogLevel(&ctx, request, response);
+  };
+  // A Rerank with `id`; returns the id echoed in the trailing metadata.
+  auto rerank = [&](const std::string& corpus, const std::string& id,
+                    grpc::StatusCode want) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-request-id", id);
+    v1::RerankResponse response;
+    const std::vector<float> q(4 * 16, 0.25f);
+    EXPECT_EQ(reranker_->Rerank(&ctx, Query(corpus, q, 16, 3), &response)
+                  .error_code(),
+              want)
+        << id;
+    const auto& trailing = ctx.GetServerTrailingMetadata();
+    auto it = trailing.find("x-request-id");
+    return it == trailing.end()
+               ? std::string("<absent>")
+               : std::string(it->second.data(), it->second.size());
+  };
+
+  SyntheticCorpusOptions so;
+  so.num_docs = 20;
+  so.dim = 16;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  ASSERT_TRUE(CreateCorpus("logs", 16).ok());
+  v1::AddDocumentsResponse added;
+  ASSERT_TRUE(Add("logs", synth, 0, 20, 20, &added).ok());
+
+  v1::SetLogLevelResponse response;
+  const grpc::Status bad = set_level("loud", "set-bad", &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(),
+              AllOf(HasSubstr("level is \"loud\""),
+                    HasSubstr("trace, debug, info, warn, error, critical or "
+                              "off")));
+  EXPECT_EQ(spdlog::get_level(), spdlog::level::info);
+
+  // At info, a successful call writes nothing; a failed one a line with
+  // its id.
+  EXPECT_EQ(rerank("logs", "ok-at-info", grpc::StatusCode::OK), "ok-at-info");
+  EXPECT_EQ(rerank("nope", "missing-corpus", grpc::StatusCode::NOT_FOUND),
+            "missing-corpus");
+  EXPECT_TRUE(lines_of("ok-at-info").empty());
+  ASSERT_EQ(lines_of("missing-corpus").size(), 1u) << captured.str();
+  EXPECT_EQ(lines_of("missing-corpus")[0].first, "info");
+  EXPECT_THAT(lines_of("missing-corpus")[0].second,
+              HasSubstr("Rerank NOT_FOUND"));
+  ASSERT_EQ(lines_of("set-bad").size(), 1u);
+  EXPECT_THAT(lines_of("set-bad")[0].second,
+              HasSubstr("SetLogLevel INVALID_ARGUMENT"));
+
+  ASSERT_TRUE(set_level("debug", "set-debug", &response).ok());
+  EXPECT_EQ(response.previous_level(), "info");
+  EXPECT_EQ(response.level(), "debug");
+  EXPECT_EQ(spdlog::get_level(), spdlog::level::debug);
+  {
+    grpc::ClientContext ctx;
+    v1::GetLogLevelResponse got;
+    ASSERT_TRUE(admin_->GetLogLevel(&ctx, v1::GetLogLevelRequest(), &got).ok());
+    EXPECT_EQ(got.level(), "debug");
+  }
+  EXPECT_EQ(rerank("logs", "ok-at-debug", grpc::StatusCode::OK), "ok-at-debug");
+  const auto debug_lines = lines_of("ok-at-debug");
+  ASSERT_EQ(debug_lines.size(), 1u) << captured.str();
+  EXPECT_EQ(debug_lines[0].first, "debug");
+  EXPECT_THAT(debug_lines[0].second, HasSubstr("Rerank OK"));
+  EXPECT_TRUE(lines_of("ok-at-info").empty());
+
+  // "warning" is spdlog's spelling of warn.
+  ASSERT_TRUE(set_level("warning", "set-warn", &response).ok());
+  EXPECT_EQ(response.previous_level(), "debug");
+  EXPECT_EQ(response.level(), "warn");
+  EXPECT_EQ(spdlog::get_level(), spdlog::level::warn);
+
+  spdlog::set_default_logger(logger_before);
+  spdlog::set_level(level_before);
 }
 
 }  // namespace

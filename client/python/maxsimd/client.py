@@ -753,6 +753,28 @@ class Client:
                            admin_pb2.LoadCorpusRequest(path=path, name=name),
                            timeout, retryable=False)
 
+    # ------------------------------------------------------------------
+    # Admin: server
+
+    def get_log_level(self, *, timeout: Optional[float] = None) -> str:
+        """The server's log level ("trace", "debug", "info", "warn",
+        "error", "critical" or "off")."""
+        response = self._unary("GetLogLevel", self._admin.GetLogLevel,
+                               admin_pb2.GetLogLevelRequest(), timeout,
+                               retryable=True)
+        return response.level
+
+    def set_log_level(self, level: str, *,
+                      timeout: Optional[float] = None) -> str:
+        """Sets the server's log level until the next change or a restart;
+        returns the level before. An unknown level raises the
+        INVALID_ARGUMENT error. Retried: setting a level twice leaves the
+        same state."""
+        response = self._unary("SetLogLevel", self._admin.SetLogLevel,
+                               admin_pb2.SetLogLevelRequest(level=level),
+                               timeout, retryable=True)
+        return response.previous_level
+
 
 def _document_rows(docs: Any, tokens: Any, cu_seqlens: Any
                    ) -> Tuple[Any, List[int], int]:

@@ -1,0 +1,311 @@
+#include "server/logging.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/pattern_formatter.h"
+
+namespace maxsimd {
+namespace {
+
+// The request id of the call this thread is logging for. A string_view is
+// constant-initialised, so reading it costs no TLS guard.
+thread_local absl::string_view current_request_id;
+
+constexpr absl::string_view kLevelNames[] = {
+    "trace", "debug", "info", "warn", "error", "critical", "off"};
+constexpr char kAllowedLevels[] =
+    "trace, debug, info, warn, error, critical or off";
+
+// fmt knows std::string_view, not absl's (a type of its own in Debian's
+// Abseil).
+std::string_view Std(absl::string_view s) { return {s.data(), s.size()}; }
+
+void Append(spdlog::memory_buf_t& dest, absl::string_view s) {
+  dest.append(s.data(), s.data() + s.size());
+}
+
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF), or 0.
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return n;
+}
+
+// Appends `s` as a JSON string: quotes, backslashes and control characters
+// escaped, well-formed UTF-8 copied, any other byte replaced by U+FFFD.
+void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  dest.push_back('"');
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = Utf8SequenceLength(s, i);
+      if (n == 0) {
+        Append(dest, "\\ufffd");
+        ++i;
+      } else {
+        Append(dest, s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        Append(dest, "\\\"");
+        break;
+      case '\\':
+        Append(dest, "\\\\");
+        break;
+      case '\n':
+        Append(dest, "\\n");
+        break;
+      case '\r':
+        Append(dest, "\\r");
+        break;
+      case '\t':
+        Append(dest, "\\t");
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+          dest.append(esc, esc + sizeof(esc));
+        } else {
+          dest.push_back(static_cast<char>(c));
+        }
+    }
+    ++i;
+  }
+  dest.push_back('"');
+}
+
+// One JSON object per line (LogFormat::kJson). Each sink owns a clone and
+// calls it under the sink's lock, so the cached second needs no lock.
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& dest) override {
+    const auto since_epoch = msg.time.time_since_epoch();
+    const auto secs =
+        std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+        since_epoch - secs);
+    if (secs.count() != cached_second_) {
+      cached_second_ = secs.count();
+      const time_t t = static_cast<time_t>(cached_second_);
+      tm utc{};
+      gmtime_r(&t, &utc);
+      std::snprintf(cached_time_, sizeof(cached_time_),
+                    "%04d-%02d-%02dT%02d:%02d:%02d", utc.tm_year + 1900,
+                    utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                    utc.tm_sec);
+    }
+    char fraction[32];
+    std::snprintf(fraction, sizeof(fraction), ".%06dZ",
+                  static_cast<int>(micros.count()));
+    Append(dest, "{\"time\":\"");
+    Append(dest, cached_time_);
+    Append(dest, fraction);
+    Append(dest, "\",\"level\":\"");
+    Append(dest, LogLevelName(msg.level));
+    Append(dest, "\",\"logger\":");
+    AppendJsonString(dest, absl::string_view(msg.logger_name.data(),
+                                             msg.logger_name.size()));
+    Append(dest, ",\"thread\":");
+    Append(dest, absl::StrCat(msg.thread_id));
+    Append(dest, ",\"message\":");
+    AppendJsonString(dest,
+                     absl::string_view(msg.payload.data(), msg.payload.size()));
+    if (!current_request_id.empty()) {
+      Append(dest, ",\"request_id\":");
+      AppendJsonString(dest, current_request_id);
+    }
+    Append(dest, "}\n");
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>();
+  }
+
+ private:
+  int64_t cached_second_ = -1;
+  char cached_time_[64] = {};  // room for any int the format could print
+};
+
+// The %Q flag of the text pattern: "[request_id=ID] " when the line has an
+// id. Metadata values are printable ASCII (gRPC checks), so no escaping.
+class RequestIdFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    if (current_request_id.empty()) return;
+    Append(dest, "[request_id=");
+    Append(dest, current_request_id);
+    Append(dest, "] ");
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<RequestIdFlag>();
+  }
+};
+
+// Process-wide budget of failure lines: kMaxFailureLinesPerSecond per
+// second of the steady clock. Approximate under races (two threads may
+// both reset a new second), which only shifts a line or two.
+struct FailureLineBudget {
+  std::atomic<int64_t> second{-1};
+  std::atomic<int> lines{0};
+  std::atomic<int64_t> suppressed{0};
+};
+FailureLineBudget failure_budget;
+
+// Whether one more failure line may be written now; if so, *dropped is the
+// number suppressed since the last one written.
+bool TakeFailureLine(int64_t* dropped) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t seen = failure_budget.second.load(std::memory_order_relaxed);
+  if (seen != now && failure_budget.second.compare_exchange_strong(seen, now)) {
+    failure_budget.lines.store(0, std::memory_order_relaxed);
+  }
+  if (failure_budget.lines.fetch_add(1, std::memory_order_relaxed) >=
+      kMaxFailureLinesPerSecond) {
+    failure_budget.suppressed.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *dropped = failure_budget.suppressed.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
+spdlog::level::level_enum FailureLevel(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnknown:
+      return spdlog::level::err;
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+      return spdlog::level::warn;
+    default:
+      return spdlog::level::info;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name,
+                                         absl::string_view field) {
+  if (name == "text") return LogFormat::kText;
+  if (name == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is \"", name.substr(0, 64), "\"; must be text or json"));
+}
+
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(
+    absl::string_view name, absl::string_view field) {
+  for (size_t i = 0; i < std::size(kLevelNames); ++i) {
+    if (name == kLevelNames[i]) {
+      return static_cast<spdlog::level::level_enum>(i);
+    }
+  }
+  if (name == "warning") return spdlog::level::warn;
+  if (name == "err") return spdlog::level::err;
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is \"", name.substr(0, 64), "\"; must be ", kAllowedLevels));
+}
+
+absl::string_view LogLevelName(spdlog::level::level_enum level) {
+  const size_t i = static_cast<size_t>(level);
+  return i < std::size(kLevelNames) ? kLevelNames[i] : "unknown";
+}
+
+std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format) {
+  if (format == LogFormat::kJson) return std::make_unique<JsonFormatter>();
+  auto text = std::make_unique<spdlog::pattern_formatter>();
+  text->add_flag<RequestIdFlag>('Q').set_pattern(
+      "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %Q%v");
+  return text;
+}
+
+void ConfigureLogging(LogFormat format) {
+  std::shared_ptr<spdlog::logger> logger =
+      spdlog::default_logger()->clone("maxsimd");
+  logger->set_formatter(MakeLogFormatter(format));
+  spdlog::set_default_logger(std::move(logger));
+}
+
+std::string TakeRequestId(grpc::ServerContextBase* ctx) {
+  const auto& metadata = ctx->client_metadata();
+  const auto it = metadata.find(kRequestIdKey);
+  if (it == metadata.end() || it->second.empty()) return std::string();
+  std::string id(it->second.data(),
+                 std::min(it->second.size(), kMaxRequestIdBytes));
+  ctx->AddTrailingMetadata(kRequestIdKey, id);
+  return id;
+}
+
+ScopedRequestId::ScopedRequestId(absl::string_view id)
+    : previous_(current_request_id) {
+  current_request_id = id;
+}
+
+ScopedRequestId::~ScopedRequestId() { current_request_id = previous_; }
+
+absl::string_view CurrentRequestId() { return current_request_id; }
+
+void LogCall(absl::string_view method, absl::string_view request_id,
+             double seconds, const absl::Status& status,
+             absl::string_view stream_message_id) {
+  if (status.ok()) {
+    if (!spdlog::should_log(spdlog::level::debug)) return;
+    ScopedRequestId scope(request_id);
+    spdlog::debug("{} OK {:.3f} ms", Std(method), seconds * 1e3);
+    return;
+  }
+  const spdlog::level::level_enum level = FailureLevel(status.code());
+  int64_t dropped = 0;
+  if (!spdlog::should_log(level) || !TakeFailureLine(&dropped)) return;
+  ScopedRequestId scope(request_id);
+  const std::string code = absl::StatusCodeToString(status.code());
+  spdlog::log(level, "{}{}{}{} {} {:.3f} ms: {}{}{}{}", Std(method),
+              stream_message_id.empty() ? "" : " message \"",
+              Std(stream_message_id), stream_message_id.empty() ? "" : "\"",
+              code, seconds * 1e3, Std(status.message()),
+              dropped > 0 ? " (" : "",
+              dropped > 0 ? absl::StrCat(dropped) : std::string(),
+              dropped > 0 ? " failure lines suppressed before this one)" : "");
+}
+
+}  // namespace maxsimd
