@@ -23,6 +23,12 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
+// The service config that selects `lb_policy` ("" when there is none to set).
+std::string ServiceConfigFor(const std::string& lb_policy) {
+  if (lb_policy.empty()) return "";
+  return absl::StrCat(R"({"loadBalancingConfig":[{")", lb_policy, R"(":{}}]})");
+}
+
 // One unary call of `method` on `stub` under the client's deadline.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> CallUnary(
@@ -113,7 +119,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "Client::Create: max_message_bytes must be in [1, 2^31), got ",
         options.max_message_bytes));
   }
+  // Only policies that gRPC registers and that need no configuration: any
+  // other name would make every call of the channel fail.
+  if (!options.lb_policy.empty() && options.lb_policy != "pick_first" &&
+      options.lb_policy != "round_robin") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Client::Create: lb_policy must be \"\", \"pick_first\" or "
+        "\"round_robin\", got \"",
+        options.lb_policy, "\""));
+  }
   grpc::ChannelArguments args;
+  const std::string service_config = ServiceConfigFor(options.lb_policy);
+  if (!service_config.empty()) args.SetServiceConfigJSON(service_config);
   // gRPC shares connections between channels with equal arguments through a
   // process-wide subchannel pool; a local pool gives each Client its own.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -337,6 +354,15 @@ absl::StatusOr<v1::RerankResponse> Client::Rerank(const Query& query) {
 void Client::RerankAsync(
     const Query& query,
     std::function<void(absl::StatusOr<v1::RerankResponse>)> done) {
+  const absl::Time deadline = options_.timeout == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + options_.timeout;
+  RerankAsync(ToRequest(query), deadline, std::move(done));
+}
+
+void Client::RerankAsync(
+    v1::RerankRequest request, absl::Time deadline,
+    std::function<void(absl::StatusOr<v1::RerankResponse>)> done) {
   // Owns everything the call touches until its reaction has run.
   struct Call {
     grpc::ClientContext context;
@@ -345,9 +371,11 @@ void Client::RerankAsync(
     std::function<void(absl::StatusOr<v1::RerankResponse>)> done;
   };
   auto call = std::make_unique<Call>();
-  call->request = ToRequest(query);
+  call->request = std::move(request);
   call->done = std::move(done);
-  SetDeadline(&call->context, options_.timeout);
+  if (deadline != absl::InfiniteFuture()) {
+    call->context.set_deadline(absl::ToChronoTime(deadline));
+  }
   Call* raw = call.release();
   reranker_->async()->Rerank(
       &raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
@@ -357,8 +385,8 @@ void Client::RerankAsync(
             status.ok()
                 ? absl::StatusOr<v1::RerankResponse>(std::move(owned->response))
                 : FromGrpcStatus(status);
-        // The call's context goes before `done`, which may let the caller
-        // destroy the client.
+        // The call's context goes before `done`, after which another thread
+        // may destroy the client.
         owned.reset();
         done(std::move(result));
       });

@@ -10,6 +10,9 @@
 // its own connection (its channel has a local subchannel pool), so N Clients
 // to one target give N independent TCP connections, as a load generator
 // needs. RerankAsync's callback runs on a gRPC thread (see there).
+//
+// A corpus larger than one host is split over shards: see
+// client/sharded_client.h (ShardedClient) and client/README.md.
 #ifndef MAXSIMD_CLIENT_CLIENT_H_
 #define MAXSIMD_CLIENT_CLIENT_H_
 
@@ -38,6 +41,15 @@ struct ClientOptions {
   // call in flight) and skips the wake-up when the response arrives, which
   // on an idle host can cost more than a small request's whole service time.
   bool busy_poll = false;
+  // gRPC load-balancing policy of the channel, set through its service
+  // config: "" keeps gRPC's default (pick_first: one connection, to the
+  // first address the target resolves to that answers); "round_robin"
+  // connects to every address and spreads calls over those that are ready,
+  // so the replicas behind one name (a Kubernetes headless Service,
+  // `dns:///maxsimd-headless.<namespace>.svc.cluster.local:50051`, or a list,
+  // `ipv4:10.0.0.1:50051,10.0.0.2:50051`) share the load and a replica that
+  // is down is skipped. "pick_first" names the default explicitly.
+  std::string lb_policy;
 };
 
 // Documents to add: ids[i] owns token rows [cu_seqlens[i], cu_seqlens[i+1])
@@ -104,10 +116,21 @@ class Client {
   // `done` takes. It should return quickly since it holds that thread, and
   // it may start new calls.
   // The call's context, request and response live in a heap object that is
-  // freed just before `done` runs, so `done` may destroy the Client once no
-  // other call is in flight. The Client must outlive every call in flight.
+  // freed just before `done` runs, so another thread may destroy the Client
+  // as soon as `done` has run for every call started on it (gRPC finishes
+  // the call on its own thread meanwhile, which is safe). `done` itself must
+  // not destroy the Client: destroying a channel on the thread of one of its
+  // own callbacks crashes gRPC (1.51). The Client must outlive every call in
+  // flight.
   void RerankAsync(
       const Query& query,
+      std::function<void(absl::StatusOr<v1::RerankResponse>)> done);
+  // As above, for a request built by ToRequest (moved into the call) and an
+  // absolute deadline in place of ClientOptions::timeout
+  // (absl::InfiniteFuture(): none), so that one deadline can bound several
+  // calls started one after another (ShardedClient's fan-out).
+  void RerankAsync(
+      v1::RerankRequest request, absl::Time deadline,
       std::function<void(absl::StatusOr<v1::RerankResponse>)> done);
   absl::StatusOr<std::vector<v1::RerankResponse>> RerankBatch(
       const std::vector<Query>& queries);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -54,6 +55,7 @@ class FakeReranker final : public v1::Reranker::Service {
                       v1::RerankResponse* response) override {
     {
       absl::MutexLock lock(&mu_);
+      ++calls_;
       last_deadline_ = context->deadline();
       last_request_ = *request;
       last_peer_ = context->peer();
@@ -119,9 +121,15 @@ class FakeReranker final : public v1::Reranker::Service {
     absl::MutexLock lock(&mu_);
     return last_peer_;
   }
+  // Rerank calls answered so far.
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
 
  private:
   absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::system_clock::time_point last_deadline_ ABSL_GUARDED_BY(mu_);
   v1::RerankRequest last_request_ ABSL_GUARDED_BY(mu_);
   std::string last_peer_ ABSL_GUARDED_BY(mu_);
@@ -347,6 +355,15 @@ TEST(ClientEncodingTest, CreateRejectsBadOptions) {
   options.max_message_bytes = int64_t{1} << 40;
   EXPECT_THAT(Client::Create(options),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  options = ClientOptions();
+  options.lb_policy = "least_request";
+  EXPECT_THAT(Client::Create(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lb_policy must be")));
+  for (const char* policy : {"", "pick_first", "round_robin"}) {
+    options.lb_policy = policy;
+    MAXSIMD_EXPECT_OK(Client::Create(options));
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -443,6 +460,24 @@ TEST_F(ClientTest, RerankAsyncDeliversErrors) {
   EXPECT_THAT(slow, StatusIs(absl::StatusCode::kDeadlineExceeded));
 }
 
+// RerankAsync's contract: another thread may destroy the Client as soon as
+// `done` has run, while gRPC's thread is still finishing the call. (Destroying
+// it inside `done` instead fails within a few iterations.)
+TEST_F(ClientTest, ClientMayBeDestroyedOnceDoneHasRun) {
+  for (int i = 0; i < 50; ++i) {
+    std::unique_ptr<Client> client = Connect();
+    ASSERT_NE(client, nullptr);
+    absl::Notification answered;
+    client->RerankAsync(MakeQuery("c", 1, 4, ""),
+                        [&answered](absl::StatusOr<v1::RerankResponse> r) {
+                          EXPECT_THAT(r, IsOk());
+                          answered.Notify();
+                        });
+    answered.WaitForNotification();
+    client.reset();
+  }
+}
+
 TEST_F(ClientTest, BusyPollRerankAnswersLikeBlockingRerank) {
   std::unique_ptr<Client> blocking = Connect();
   std::unique_ptr<Client> polling =
@@ -481,6 +516,60 @@ TEST_F(ClientTest, DistinctClientsUseDistinctConnections) {
   // One Client keeps its connection.
   MAXSIMD_ASSERT_OK(first->Rerank(MakeQuery("c", 1, 4, "")));
   EXPECT_EQ(reranker_.last_peer(), first_peer);
+}
+
+// Two replicas behind one target: round_robin sends calls to both,
+// pick_first (the default) to the first address only.
+TEST(ClientConnectTest, RoundRobinSpreadsCallsOverReplicas) {
+  FakeReranker replicas[2];
+  std::unique_ptr<grpc::Server> servers[2];
+  int ports[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &ports[r]);
+    builder.RegisterService(&replicas[r]);
+    servers[r] = builder.BuildAndStart();
+    ASSERT_NE(servers[r], nullptr);
+  }
+  auto calls_per_replica = [&](const std::string& lb_policy) {
+    const int before[2] = {replicas[0].calls(), replicas[1].calls()};
+    ClientOptions options;
+    options.target =
+        absl::StrCat("ipv4:127.0.0.1:", ports[0], ",127.0.0.1:", ports[1]);
+    options.lb_policy = lb_policy;
+    options.timeout = absl::Seconds(10);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+    EXPECT_THAT(client, IsOk());
+    for (int i = 0; client.ok() && i < 20; ++i) {
+      EXPECT_THAT((*client)->Rerank(MakeQuery("c", 1, 4, "")), IsOk());
+    }
+    return std::vector<int>{replicas[0].calls() - before[0],
+                            replicas[1].calls() - before[1]};
+  };
+  const std::vector<int> round_robin = calls_per_replica("round_robin");
+  EXPECT_EQ(round_robin[0] + round_robin[1], 20);
+  // Calls alternate once both connections are ready; the first calls may
+  // all go to whichever connected first.
+  EXPECT_GE(round_robin[0], 5);
+  EXPECT_GE(round_robin[1], 5);
+  EXPECT_THAT(calls_per_replica(""), ElementsAre(20, 0));
+  EXPECT_THAT(calls_per_replica("pick_first"), ElementsAre(20, 0));
+
+  // A dns:/// name is resolved by gRPC itself (here to 127.0.0.1, and on
+  // some hosts also to ::1, where nothing listens and round_robin skips it).
+  ClientOptions options;
+  options.target = absl::StrCat("dns:///localhost:", ports[1]);
+  options.lb_policy = "round_robin";
+  options.timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  MAXSIMD_ASSERT_OK(client);
+  const int before = replicas[1].calls();
+  for (int i = 0; i < 5; ++i) {
+    MAXSIMD_EXPECT_OK((*client)->Rerank(MakeQuery("c", 1, 4, "")));
+  }
+  EXPECT_EQ(replicas[1].calls() - before, 5);
+  for (auto& server : servers) server->Shutdown();
 }
 
 TEST(ClientConnectTest, UnreachableServerIsUnavailable) {
