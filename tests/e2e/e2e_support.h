@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,6 +94,10 @@ class ServerProcess {
 // `maxsimd_rejected_total{reason="deadline"}`. 0 when the sample is absent
 // (a labelled counter appears on its first increment).
 double SampleValue(const std::string& text, const std::string& series);
+
+// Runs a shell command line, returning (exit code, stdout); exit code -1
+// when it could not run or did not exit normally.
+std::pair<int, std::string> RunCommand(const std::string& cmd);
 
 }  // namespace maxsimd::testing
 

@@ -41,16 +41,7 @@ std::string PlaidTestData() {
   return env != nullptr ? env : MAXSIMD_PLAID_TESTDATA;
 }
 
-// Runs a command, returning (exit code, stdout).
-std::pair<int, std::string> RunCommand(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ::maxsimd::testing::RunCommand;
 
 class E2eTest : public ::testing::Test {
  protected:

@@ -42,16 +42,7 @@ constexpr int kDim = 32;
 // 64 synthetic documents of 16 tokens at dim 32.
 constexpr char kDemoCorpus[] = "--demo_corpus=demo:64:16:32";
 
-// Runs a command, returning (exit code, stdout).
-std::pair<int, std::string> RunCommand(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, ""};
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ::maxsimd::testing::RunCommand;
 
 // A maxsimctl command line against `server`.
 std::string Ctl(const ServerProcess& server, const std::string& args) {
