@@ -74,11 +74,11 @@ inline int32_t TmaTileRows(int32_t warpgroups) {
 inline int32_t TmaMaxTiles(int32_t warpgroups) {
   return warpgroups == 1 ? 1 : 32;
 }
-// Blocks per multiprocessor: three for the int8 MMA at d = 128 with one
+// Blocks per multiprocessor: four for the int8 MMA at d = 128 with one
 // warpgroup (int8_mma_dim: the launch's dim when TmaInt8UsesMma, else 0).
 inline int32_t TmaBlocksPerSm(int32_t warpgroups, int32_t int8_mma_dim = 0) {
   if (warpgroups != 1) return 1;
-  return int8_mma_dim == 128 ? 3 : 2;
+  return int8_mma_dim == 128 ? 4 : 2;
 }
 // Bytes of one staged query tile.
 inline int64_t TmaTileBytes(int32_t warpgroups, int32_t dpad) {

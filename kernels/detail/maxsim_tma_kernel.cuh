@@ -28,7 +28,10 @@
 // memory), and for a document that ends in this chunk writes each warp's
 // 16-row sum to a small table. After a barrier of all consumers, the table
 // is summed per query (fixed order: deterministic) and written to the
-// scores.
+// scores. For an int8 corpus with quantised queries at d = 128 (one
+// warpgroup, 32-row tiles), the tile is staged twice so that all four
+// warps share the epilogue, each taking half of the columns
+// (TmaShape::kColSplit).
 //
 // Int8 corpora (Tag Int8): the copy engine brings int8 rows (unswizzled)
 // and their fp32 scales into a ring of their own; at the start of each
@@ -120,13 +123,14 @@ struct TmaShape {
   static constexpr bool kI8 = kI8_;
   static constexpr int kPlaidBits = kPlaidBits_;
   static constexpr bool kS8 = kS8_;
-  // Int8Mma at d = 128 with one warpgroup: its epilogue (an int -> fp32
-  // conversion and a scale per cell, twice the tokens per byte of float16)
-  // bounds a memory-bound scan, so three blocks per multiprocessor run
-  // three epilogues at once: 128-token chunks in three 16 KB stages
-  // (bench/NOTES.md, v10). Must agree with TmaBlocksPerSm.
-  static constexpr bool kThreeBlocks = kS8 && kWG == 1 && kDP == 64;
-  static constexpr int kMinBlocks = kWG == 1 ? (kThreeBlocks ? 3 : 2) : 1;
+  // Int8Mma at d = 128 with one warpgroup: each chunk's MMA, epilogue and
+  // barrier run one after another in a block (one accumulator), and an int8
+  // byte holds twice the tokens of float16, so a memory-bound scan needs
+  // many blocks per multiprocessor to overlap them: four, with 128-token
+  // chunks in two 16 KB stages (bench/NOTES.md, v10 and v11). Must agree
+  // with TmaBlocksPerSm.
+  static constexpr bool kSmallBlocks = kS8 && kWG == 1 && kDP == 64;
+  static constexpr int kMinBlocks = kWG == 1 ? (kSmallBlocks ? 4 : 2) : 1;
   static constexpr bool kWidened = kI8 || kPlaidBits > 0;
   // Chunks carry an fp32 scale per row (copied beside the rows).
   static constexpr bool kScaled = kWidened || kS8;
@@ -142,11 +146,23 @@ struct TmaShape {
   // allows two float16 stages, so that widening the next chunk overlaps
   // the MMAs and the epilogue of this one.
   static constexpr int kN =
-      kWG == 1 ? ((kWidened || kThreeBlocks) && kDP == 64 ? 128 : 16384 / kDP)
+      kWG == 1 ? ((kWidened || kSmallBlocks) && kDP == 64 ? 128 : 16384 / kDP)
                : (kDP == 256 ? 64 : 256);
+  // Int8Mma at d = 128 with one warpgroup: the four warps split the
+  // epilogue of a 32-row tile by columns (a scaled int8 cell costs three
+  // instructions, and a byte holds twice the tokens of float16). The tile
+  // is staged twice in shared memory (rows 32-63 repeat rows 0-31), so that
+  // the 64-row MMA leaves every row in two warps: warps 0-1 take the
+  // chunk's first half of columns, warps 2-3 the second (bench/NOTES.md,
+  // v11). Measured no faster for the decode-bound PLAID blocks, and
+  // float16 blocks need the shared memory for two per multiprocessor.
+  static constexpr bool kColSplit = kSmallBlocks;
+  static_assert(!kColSplit || (kWG == 1 && kN <= kTmaPartCols),
+                "one warpgroup, chunks of one part");
+  static constexpr int kSmemTileRows = kColSplit ? 64 : kTileRows;
   static constexpr int kWide = !kWidened ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
   static constexpr int kStages =
-      kThreeBlocks ? 3
+      kSmallBlocks ? 2
       : kWG == 1   ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
                                : (kDP == 256 ? 2 : 3))
                    : 2;
@@ -167,7 +183,8 @@ struct TmaShape {
                                        ? 128
                                        : (kWidened ? 64 : 0);
   static constexpr int kThreads = kConsumers + 32 + kWideners;
-  static constexpr int kTileBytes = kTileRows * kDP * 2;
+  static constexpr int kTileBytes = kTileRows * kDP * 2;  // in global memory
+  static constexpr int kSmemTileBytes = kSmemTileRows * kDP * 2;
   static constexpr int kHalfStageBytes = kN * 128;
   static constexpr int kStageBytes = kN * kDP * 2;
   static constexpr int kDocStages = kWidened ? kWide : kStages;
@@ -187,10 +204,10 @@ struct TmaShape {
   static constexpr int kLutBytes =
       kPlaidBits > 0 ? 256 * (8 / (kPlaidBits > 0 ? kPlaidBits : 8)) * 2 : 0;
   // Shared memory, from a 1024-byte aligned base. The query ring comes
-  // first: with 32-row tiles the 64-row wgmma reads 32 rows past a tile
-  // (results unused), which must stay inside the allocation.
+  // first: with 32-row tiles staged once the 64-row wgmma reads 32 rows past
+  // a tile (results unused), which must stay inside the allocation.
   static constexpr int kQOff = 0;
-  static constexpr int kDocOff = kQOff + kWG * kQStages * kTileBytes;
+  static constexpr int kDocOff = kQOff + kWG * kQStages * kSmemTileBytes;
   static constexpr int kI8Off = kDocOff + kDocStages * kStageBytes;
   static constexpr int kScOff = kI8Off + kStages * kI8StageBytes;
   // The scales of the chunks widened into the float16 stages: one slot
@@ -203,7 +220,11 @@ struct TmaShape {
   static constexpr int kHdrOff = kLutOff + kLutBytes;
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
-  static constexpr int kPartOff = kCarryOff + kMaxTiles * kTileRows * 4;
+  // Column split: the first half's per-lane maxima of the segment that
+  // crosses into the second half (two floats per lane of warps 0-1).
+  static constexpr int kCarryBytes = kMaxTiles * kTileRows * 4;
+  static constexpr int kXchgOff = kCarryOff + (kColSplit ? 2 : 1) * kCarryBytes;
+  static constexpr int kPartOff = kXchgOff + (kColSplit ? 64 * 8 : 0);
   // Two partial-sum tables, by chunk parity (see Consume).
   static constexpr int kPartBytes = kTmaMaxSegs * kRowBlocks * 4;
   static constexpr int kQblkOff = kPartOff + 2 * kPartBytes;
@@ -293,11 +314,20 @@ struct TmaBlock {
   int32_t* codesm = nullptr;      // PLAID: [kStages][kN] centroid ids
   const uint16_t* lut = nullptr;  // PLAID: [256][8 / nbits] float16 bits
   TmaChunkHeader* hdr;
-  float* carry;
-  float* part;       // this chunk's table of partial sums
-  float* part_base;  // the two tables
-  int32_t* qblk;     // query_blocks[qa ..], copied at block start
-  uint64_t* full;    // [kStages] chunk landed (1 arrival + bytes)
+  // Per-row running maxima of the document that continues into the next
+  // chunk: read from carry_in, written to carry_out. The same array, except
+  // with the column split, where two warps finish segments of the same rows
+  // in one chunk (the first may read while the second writes): there the
+  // chunks alternate between two arrays.
+  float* carry_base;
+  float* carry_in;
+  float* carry_out;
+  float* xchg_base;                // column split: [64] float2 (S::kXchgOff)
+  float qs_lo = 1.f, qs_hi = 1.f;  // column split: RowScales of the tile
+  float* part;                     // this chunk's table of partial sums
+  float* part_base;                // the two tables
+  int32_t* qblk;                   // query_blocks[qa ..], copied at block start
+  uint64_t* full;                  // [kStages] chunk landed (1 arrival + bytes)
   uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
   uint64_t* qfull;   // [kWG * kQStages] query tile landed
   uint64_t* qempty;  // [kWG * kQStages] query tile consumed
@@ -360,11 +390,23 @@ struct TmaBlock {
 
   __device__ __forceinline__ void LoadQueryTile(int i, int slot) {
     uint64_t* bar = &qfull[slot];
-    MbarArriveExpectTx(bar, S::kTileBytes);
-    BulkLoad(qsm + slot * S::kTileBytes,
-             static_cast<const uint8_t*>(p.q_tiles) +
-                 static_cast<int64_t>(ta + i) * S::kTileBytes,
-             S::kTileBytes, bar);
+    const uint8_t* src = static_cast<const uint8_t*>(p.q_tiles) +
+                         static_cast<int64_t>(ta + i) * S::kTileBytes;
+    uint8_t* dst = qsm + slot * S::kSmemTileBytes;
+    if constexpr (S::kColSplit) {
+      // Each 128-byte column group of the 32 rows lands twice: as rows 0-31
+      // and as rows 32-63 (same row % 8, so the same swizzle).
+      constexpr int kGroup = S::kTileRows * 128;
+      MbarArriveExpectTx(bar, 2 * S::kTileBytes);
+#pragma unroll
+      for (int g = 0; g < S::kHalves; ++g) {
+        BulkLoad(dst + 2 * g * kGroup, src + g * kGroup, kGroup, bar);
+        BulkLoad(dst + (2 * g + 1) * kGroup, src + g * kGroup, kGroup, bar);
+      }
+    } else {
+      MbarArriveExpectTx(bar, S::kTileBytes);
+      BulkLoad(dst, src, S::kTileBytes, bar);
+    }
   }
 
   // Loads tiles [i0, i1) of chunk c.
@@ -595,6 +637,11 @@ struct TmaBlock {
     const int wg = threadIdx.x / 128;
     const int lane = threadIdx.x & 31;
     const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
+    if constexpr (S::kColSplit) {
+      // One tile per block (S::kMaxTiles): its rows' scales, once.
+      static_assert(S::kMaxTiles == 1, "one tile per block");
+      RowScales(((threadIdx.x / 32) & 1) * 16 + (lane >> 2), qs_lo, qs_hi);
+    }
     for (int64_t c = 0;; ++c) {
       int s = static_cast<int>(c % S::kStages);
       // Widened: s is the float16 stage, which the consumers release.
@@ -609,6 +656,10 @@ struct TmaBlock {
       const TmaChunkHeader* h = &hdr[c % S::kHeaders];
       const int nseg = h->nseg;
       if (nseg < 0) break;
+      if constexpr (S::kColSplit) {
+        carry_in = carry_base + (c & 1) * (S::kCarryBytes / 4);
+        carry_out = carry_base + ((c + 1) & 1) * (S::kCarryBytes / 4);
+      }
       const uint8_t* stage = dsm + s * S::kStageBytes;
       if (nw == 0) {
         if (lane == 0) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
@@ -616,6 +667,20 @@ struct TmaBlock {
         ChunkSplit(c, s, stage, h, wg, nw);
       } else {
         ChunkWhole(c, s, stage, h, wg, nw);
+      }
+      if constexpr (S::kColSplit) {
+        // Rows are shared only by a warp pair (w, w + 2), so a chunk in
+        // which no document ends needs no barrier of all consumers: the
+        // pair's own orders its carry and exchange slots (the writer's
+        // stores before the reader's loads in the next chunk, the reader's
+        // loads before the next chunk's stores). The two tables of partial
+        // sums then alternate by chunk that ends a document.
+        uint32_t flags = 0;
+        for (int si = 0; si < nseg; ++si) flags |= h->seg[si].flags;
+        if ((flags & kSegEnds) == 0) {
+          PairBarrier();
+          continue;
+        }
       }
       // One barrier per chunk: the partial sums alternate between two
       // tables, so chunk c + 1's epilogue may run while slower threads still
@@ -832,13 +897,14 @@ struct TmaBlock {
   }
 
   // int8: acc columns times their rows' scales (column j of the chunk is
-  // wide_sc[j]; sc = wide_sc + the pass's first column).
-  template <int kCols>
+  // wide_sc[j]; sc = wide_sc + the pass's first column), in 8-column blocks
+  // [kI0, kI1) (all by default).
+  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
   __device__ __forceinline__ static void ScaleCols(float (&acc)[kCols / 2],
                                                    const float* sc) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
+    for (int i = kI0; i < kI1; ++i) {
       const float2 f = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
       acc[4 * i] *= f.x;
       acc[4 * i + 1] *= f.y;
@@ -849,12 +915,12 @@ struct TmaBlock {
 
   // Int8Mma: each int32 cell becomes fp32 times its column's scale (column
   // j of the chunk is sc[j]), left in place as fp32 bits (Cell reads them).
-  template <int kCols>
+  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
   __device__ __forceinline__ static void ScaleColsInt(int32_t (&acc)[kCols / 2],
                                                       const float* sc) {
     const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
+    for (int i = kI0; i < kI1; ++i) {
       const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -878,12 +944,20 @@ struct TmaBlock {
     Acc acc[S::kN / 2];
     for (int k = 0; k < nw; ++k) {
       const int slot = AcquireTile(c, nw, k, wg);
-      IssueMma<S::kN>(qsm + slot * S::kTileBytes, stage, acc);
+      IssueMma<S::kN>(qsm + slot * S::kSmemTileBytes, stage, acc);
       WgmmaWait<0>();
       FenceAll(acc);
       Release(slot, k == nw - 1, s);
-      float pend0 = 0.f, pend1 = 0.f;  // unused: no columns follow
-      EpilogueCols<S::kN>(acc, h, wg + k * kWG, 0, pend0, pend1);
+      if constexpr (S::kColSplit) {
+        if ((threadIdx.x / 64) % 2 == 0) {
+          EpilogueHalf<S::kN, 0>(acc, h, wg + k * kWG);
+        } else {
+          EpilogueHalf<S::kN, 1>(acc, h, wg + k * kWG);
+        }
+      } else {
+        float pend0 = 0.f, pend1 = 0.f;  // unused: no columns follow
+        EpilogueCols<S::kN>(acc, h, wg + k * kWG, 0, pend0, pend1);
+      }
     }
   }
 
@@ -900,11 +974,11 @@ struct TmaBlock {
     const uint8_t* stage_hi = stage + kSplitCols * 128;
     Acc acc0[kSplitCols / 2], acc1[kSplitCols / 2];
     int slot = AcquireTile(c, nw, 0, wg);
-    IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage, acc0);
+    IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage, acc0);
     // The loop leaves only by the break, with no MMA in flight.
     for (int k = 0;; ++k) {
       const int lt = wg + k * kWG;
-      IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage_hi, acc1);
+      IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage_hi, acc1);
       WgmmaWait<1>();
       FenceAll(acc0);
       // The maxima of the segment that crosses into the second half.
@@ -918,7 +992,7 @@ struct TmaBlock {
         break;
       }
       slot = AcquireTile(c, nw, k + 1, wg);
-      IssueMma<kSplitCols>(qsm + slot * S::kTileBytes, stage, acc0);
+      IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage, acc0);
       EpilogueCols<kSplitCols>(acc1, h, lt, kSplitCols, pend0, pend1);
     }
   }
@@ -941,8 +1015,8 @@ struct TmaBlock {
     const uint64_t b0 = SmemDescSw128(cols);
 #pragma unroll
     for (int kk = 0; kk < kDP / 16; ++kk) {
-      const uint64_t a =
-          SmemDescAdvance(a0, (kk / 4) * (S::kTileRows * 128) + (kk % 4) * 32);
+      const uint64_t a = SmemDescAdvance(
+          a0, (kk / 4) * (S::kSmemTileRows * 128) + (kk % 4) * 32);
       const uint64_t b =
           SmemDescAdvance(b0, (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
       Wgmma<MmaTag, kCols>::Run(acc, a, b, kk > 0 ? 1u : 0u);
@@ -961,16 +1035,16 @@ struct TmaBlock {
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
     m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
     if ((sg.flags & kSegStarts) == 0) {
-      m0 = fmaxf(m0, carry[row]);
-      m1 = fmaxf(m1, carry[row + 8]);
+      m0 = fmaxf(m0, carry_in[row]);
+      m1 = fmaxf(m1, carry_in[row + 8]);
     }
     // Every lane of a quad holds the same maxima, and the butterfly leaves
     // the same sum in every lane, so all lanes store (same address, same
     // value): no lane-divergent branch while an MMA is in flight, which
     // would make the compiler serialize the wgmmas.
     if ((sg.flags & kSegEnds) == 0) {
-      carry[row] = m0;
-      carry[row + 8] = m1;
+      carry_out[row] = m0;
+      carry_out[row + 8] = m1;
     } else if ((sg.flags & kSegSkip) == 0) {
       if constexpr (kQScaled) {
         m0 *= qs0;
@@ -997,17 +1071,18 @@ struct TmaBlock {
     return below_b & ~below_a;
   }
 
-  // Max over all kCols columns of this lane's two rows. Each row keeps
-  // four partial maxima (columns 8i + e with i even or odd): four
-  // independent dependency chains instead of one.
-  template <int kCols>
+  // Max over the columns of 8-column blocks [kI0, kI1) (all kCols columns
+  // by default) of this lane's two rows. Each row keeps four partial
+  // maxima (columns 8i + e with i even or odd): four independent
+  // dependency chains instead of one.
+  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
   __device__ __forceinline__ static void FullMax(const Acc (&acc)[kCols / 2],
                                                  float& m0, float& m1) {
     const float kNegInf = -__int_as_float(0x7f800000);
     float a[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
 #pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
+    for (int i = kI0; i < kI1; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         a[(i & 1) * 2 + e] = fmaxf(a[(i & 1) * 2 + e], Cell(acc[4 * i + e]));
@@ -1022,7 +1097,7 @@ struct TmaBlock {
   // The same over the columns whose 8-column block bit is set in in0 (the
   // lane's even column of each block) and in1 (its odd column): straight-
   // line predicated code, one bit test per column pair.
-  template <int kCols>
+  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
   __device__ __forceinline__ static void MaskedMax(const Acc (&acc)[kCols / 2],
                                                    uint32_t in0, uint32_t in1,
                                                    float& m0, float& m1) {
@@ -1031,7 +1106,7 @@ struct TmaBlock {
     float b[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     const uint32_t in[2] = {in0, in1};
 #pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
+    for (int i = kI0; i < kI1; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         if (in[e] & (1u << i)) {
@@ -1043,6 +1118,94 @@ struct TmaBlock {
     }
     m0 = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
     m1 = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
+  }
+
+  // Segment si of a chunk header: one 16-byte shared load.
+  __device__ __forceinline__ static TmaSeg LoadSeg(const TmaChunkHeader* h,
+                                                   int si) {
+    const int4 raw = *reinterpret_cast<const int4*>(&h->seg[si]);
+    TmaSeg sg;
+    sg.lo = raw.x;
+    sg.hi = raw.y;
+    sg.out = static_cast<uint32_t>(raw.z);
+    sg.flags = static_cast<uint32_t>(raw.w);
+    return sg;
+  }
+
+  // A quantised query's scales of this lane's rows (row, row + 8) of the
+  // block's tiles; 1 otherwise.
+  __device__ __forceinline__ void RowScales(int row, float& qs0,
+                                            float& qs1) const {
+    qs0 = 1.f;
+    qs1 = 1.f;
+    if constexpr (kQScaled) {
+      if (p.q_scales != nullptr) {
+        qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
+        qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
+      }
+    }
+  }
+
+  // Column split: a barrier of the two warps that share rows (w, w + 2).
+  // Constant ids: a computed one makes ptxas reserve all 16.
+  __device__ __forceinline__ static void PairBarrier() {
+    if (((threadIdx.x / 32) & 1) == 0) {
+      NamedBarrier(2, 64);
+    } else {
+      NamedBarrier(3, 64);
+    }
+  }
+
+  // Column split (S::kColSplit): the epilogue of a whole chunk (kCols
+  // columns, one part) for one half of its columns, kH. Warps 0-1 take the
+  // first half of the tile's rows 0-15 / 16-31, warps 2-3 the second half
+  // of the same rows (the MMA's rows 32-63 repeat rows 0-31). A segment
+  // lies in one half and is finished by that half's warp; the one segment
+  // that may cross the middle is finished by the second half's warp, which
+  // folds in the first half's per-lane maxima from shared memory (lane for
+  // lane: same rows, same column phase; Finish takes the quad max after).
+  template <int kCols, int kH>
+  __device__ __forceinline__ void EpilogueHalf(Acc (&acc)[kCols / 2],
+                                               const TmaChunkHeader* h,
+                                               int lt) {
+    constexpr int kHalf = kCols / 2;
+    constexpr int kI0 = kH * kHalf / 8, kI1 = kI0 + kHalf / 8;
+    static_assert(kHalf % 8 == 0, "whole 8-column blocks per half");
+    const int rw = (threadIdx.x / 32) & 1;  // row block within the tile
+    const int lane = threadIdx.x & 31;
+    const int t = lane & 3;
+    const int row = lt * S::kTileRows + rw * 16 + (lane >> 2);
+    const int rb = lt * S::kBlocksPerTile + rw;
+    if constexpr (kWidened) ScaleCols<kCols, kI0, kI1>(acc, sc);
+    if constexpr (kS8) ScaleColsInt<kCols, kI0, kI1>(acc, sc);
+    const float qs0 = qs_lo, qs1 = qs_hi;
+    float2* xchg = reinterpret_cast<float2*>(xchg_base) + rw * 32 + lane;
+    const int s1 = h->part[0][1];
+    for (int si = h->part[0][0]; si < s1; ++si) {
+      const TmaSeg sg = LoadSeg(h, si);
+      const bool crosses = sg.lo < kHalf && sg.hi > kHalf;
+      // An empty segment belongs to the half its position lies in.
+      if (!crosses && (sg.hi > kHalf) != (kH == 1)) continue;
+      float m0, m1;
+      if (sg.lo <= kH * kHalf && sg.hi >= (kH + 1) * kHalf) {
+        FullMax<kCols, kI0, kI1>(acc, m0, m1);
+      } else {
+        const uint2 mk = *reinterpret_cast<const uint2*>(&h->mask[si][2 * t]);
+        MaskedMax<kCols, kI0, kI1>(acc, mk.x, mk.y, m0, m1);
+      }
+      if (crosses) {
+        // Both warps of the pair reach this once per tile. The slot is
+        // rewritten only in the next chunk, after the end-of-chunk barrier
+        // that the reader reaches after reading it.
+        if constexpr (kH == 0) *xchg = make_float2(m0, m1);
+        PairBarrier();
+        if constexpr (kH == 0) continue;
+        const float2 other = *xchg;
+        m0 = fmaxf(m0, other.x);
+        m1 = fmaxf(m1, other.y);
+      }
+      Finish(sg, si, m0, m1, row, rb, qs0, qs1);
+    }
   }
 
   // The segmented max of chunk columns [base, base + kCols) of one tile,
@@ -1064,24 +1227,14 @@ struct TmaBlock {
     // int8 and PLAID: the cells' scales. Column scales here; a quantised
     // query's row scales multiply the row maxima (Finish), which equals scaling
     // every cell since the row scales are positive.
-    float qs0 = 1.f, qs1 = 1.f;
+    float qs0, qs1;
     if constexpr (kWidened) ScaleCols<kCols>(acc, sc + base);
     if constexpr (kS8) ScaleColsInt<kCols>(acc, sc + base);
-    if constexpr (kQScaled) {
-      if (p.q_scales != nullptr) {
-        qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
-        qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
-      }
-    }
+    RowScales(row, qs0, qs1);
     const int part_index = base / kTmaPartCols;
     const int s1 = h->part[part_index][1];
     for (int si = h->part[part_index][0]; si < s1; ++si) {
-      const int4 raw = *reinterpret_cast<const int4*>(&h->seg[si]);
-      TmaSeg sg;
-      sg.lo = raw.x;
-      sg.hi = raw.y;
-      sg.out = static_cast<uint32_t>(raw.z);
-      sg.flags = static_cast<uint32_t>(raw.w);
+      const TmaSeg sg = LoadSeg(h, si);
       const uint2 mk = *reinterpret_cast<const uint2*>(&h->mask[si][2 * t]);
       float m0, m1;
       if (sg.lo <= base && sg.hi >= base + kCols) {
@@ -1162,7 +1315,10 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
   b.codesm = reinterpret_cast<int32_t*>(smem + S::kCodeOff);
   b.lut = reinterpret_cast<const uint16_t*>(smem + S::kLutOff);
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
-  b.carry = reinterpret_cast<float*>(smem + S::kCarryOff);
+  b.carry_base = reinterpret_cast<float*>(smem + S::kCarryOff);
+  b.carry_in = b.carry_base;
+  b.carry_out = b.carry_base;
+  b.xchg_base = reinterpret_cast<float*>(smem + S::kXchgOff);
   b.part_base = reinterpret_cast<float*>(smem + S::kPartOff);
   b.part = b.part_base;
   b.qblk = reinterpret_cast<int32_t*>(smem + S::kQblkOff);
