@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "kernels/half.h"
 #include "kernels/status_macros.h"
 
@@ -93,6 +96,65 @@ absl::Status ValidateBatch(const DocumentBatch& docs) {
   return absl::OkStatus();
 }
 
+// Adds `authorization: Bearer <token>` to the initial metadata of every call
+// of the channel it is installed on, whichever stub or API starts the call.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string& header)
+      : header_(header) {}
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string header_;
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+absl::Status ValidateSecurity(const ClientOptions& o) {
+  if (!o.use_tls &&
+      (!o.tls_root_certs.empty() || !o.tls_cert_chain.empty() ||
+       !o.tls_private_key.empty() || !o.tls_server_name.empty())) {
+    return absl::InvalidArgumentError(
+        "Client::Create: tls_root_certs, tls_cert_chain, tls_private_key and "
+        "tls_server_name need use_tls");
+  }
+  if (o.tls_cert_chain.empty() != o.tls_private_key.empty()) {
+    return absl::InvalidArgumentError(
+        "Client::Create: tls_cert_chain and tls_private_key go together "
+        "(mutual TLS) or not at all");
+  }
+  // gRPC refuses metadata values outside printable ASCII at call time; say
+  // so once, here, without quoting the token.
+  for (char c : o.token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          "Client::Create: token has a character that is not printable "
+          "ASCII, or white space");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -128,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "\"round_robin\", got \"",
         options.lb_policy, "\""));
   }
+  MAXSIMD_RETURN_IF_ERROR(ValidateSecurity(options));
   grpc::ChannelArguments args;
   const std::string service_config = ServiceConfigFor(options.lb_policy);
   if (!service_config.empty()) args.SetServiceConfigJSON(service_config);
@@ -137,8 +200,27 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   std::unique_ptr<Client> client(new Client(options));
-  client->channel_ = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (options.use_tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_certs;
+    ssl.pem_cert_chain = options.tls_cert_chain;
+    ssl.pem_private_key = options.tls_private_key;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+  }
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!options.token.empty()) {
+    interceptors.push_back(
+        std::make_unique<BearerTokenInterceptorFactory>(options.token));
+  }
+  client->channel_ = grpc::experimental::CreateCustomChannelWithInterceptors(
+      options.target, credentials, args, std::move(interceptors));
   client->reranker_ = v1::Reranker::NewStub(client->channel_);
   client->admin_ = v1::Admin::NewStub(client->channel_);
   return client;
@@ -314,6 +396,22 @@ absl::StatusOr<v1::CorpusInfo> Client::LoadCorpus(const std::string& path,
 absl::StatusOr<v1::AddDocumentsResponse> Client::ImportDocuments(
     const v1::ImportDocumentsRequest& request) {
   return CallUnary(admin_.get(), &v1::Admin::Stub::ImportDocuments, request,
+                   options_.timeout);
+}
+
+absl::StatusOr<std::string> Client::GetLogLevel() {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      v1::GetLogLevelResponse response,
+      CallUnary(admin_.get(), &v1::Admin::Stub::GetLogLevel,
+                v1::GetLogLevelRequest(), options_.timeout));
+  return response.level();
+}
+
+absl::StatusOr<v1::SetLogLevelResponse> Client::SetLogLevel(
+    const std::string& level) {
+  v1::SetLogLevelRequest request;
+  request.set_level(level);
+  return CallUnary(admin_.get(), &v1::Admin::Stub::SetLogLevel, request,
                    options_.timeout);
 }
 

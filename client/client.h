@@ -50,6 +50,24 @@ struct ClientOptions {
   // `ipv4:10.0.0.1:50051,10.0.0.2:50051`) share the load and a replica that
   // is down is skipped. "pick_first" names the default explicitly.
   std::string lb_policy;
+
+  // TLS: with use_tls the channel connects over TLS and verifies the
+  // server's certificate against tls_root_certs (PEM text; empty: gRPC's
+  // default roots). tls_cert_chain and tls_private_key (PEM text, both or
+  // neither) are the client certificate of mutual TLS. tls_server_name is
+  // the name the server's certificate must carry when the target's host is
+  // not it (an IP address, a load balancer's name). The tls_* fields need
+  // use_tls.
+  bool use_tls = false;
+  std::string tls_root_certs;
+  std::string tls_cert_chain;
+  std::string tls_private_key;
+  std::string tls_server_name;
+  // A bearer token sent as `authorization: Bearer <token>` metadata with
+  // every call (Admin calls on a server with admin tokens, and queries
+  // under --query_auth=token); empty: none. It travels over plaintext too
+  // when use_tls is false, so use that only on a trusted network.
+  std::string token;
 };
 
 // Documents to add: ids[i] owns token rows [cu_seqlens[i], cu_seqlens[i+1])
@@ -105,6 +123,10 @@ class Client {
   // Documents the server reads from files under its --files_dir.
   absl::StatusOr<v1::AddDocumentsResponse> ImportDocuments(
       const v1::ImportDocumentsRequest& request);
+  // The server's log level; SetLogLevel changes it until the next change
+  // or a restart and returns the new and the previous level.
+  absl::StatusOr<std::string> GetLogLevel();
+  absl::StatusOr<v1::SetLogLevelResponse> SetLogLevel(const std::string& level);
 
   absl::StatusOr<v1::RerankResponse> Rerank(const Query& query);
   // The asynchronous form of Rerank, on the gRPC callback API: encodes the

@@ -8,7 +8,7 @@
 // Exit status, the same as grpc_health_probe's so that probes written for
 // it keep their meaning:
 //   0  the service is SERVING
-//   1  usage error, or the TLS root certificate file cannot be read
+//   1  usage error, or a TLS file cannot be read
 //   2  no connection within --timeout
 //   3  the Check call failed (NOT_FOUND: the server does not know --service)
 //   4  the server answered, and the service is not SERVING
@@ -41,6 +41,11 @@ ABSL_FLAG(std::string, tls_ca_cert, "",
 ABSL_FLAG(std::string, tls_server_name, "",
           "With --tls_ca_cert, the name the server's certificate must carry "
           "when it is not the target's host name");
+ABSL_FLAG(std::string, tls_cert, "",
+          "With --tls_ca_cert, PEM file of this client's certificate, for a "
+          "server with mutual TLS (--tls_client_ca); needs --tls_key");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM file of the private key of --tls_cert");
 
 namespace {
 
@@ -55,13 +60,24 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// The contents of `path` into `out`; false when it cannot be read or is
+// empty.
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return in.good() && !out->empty();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Exits 0 when grpc.health.v1 Check reports SERVING.\n"
       "Usage: maxsimd_health [--target=HOST:PORT] [--service=NAME] "
-      "[--timeout=5s] [--tls_ca_cert=FILE [--tls_server_name=NAME]]\n"
+      "[--timeout=5s] [--tls_ca_cert=FILE [--tls_server_name=NAME] "
+      "[--tls_cert=FILE --tls_key=FILE]]\n"
       "Exit status: 0 SERVING, 1 usage, 2 no connection, 3 RPC failed, "
       "4 not SERVING.");
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -74,6 +90,8 @@ int main(int argc, char** argv) {
   const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
   const std::string ca_file = absl::GetFlag(FLAGS_tls_ca_cert);
   const std::string server_name = absl::GetFlag(FLAGS_tls_server_name);
+  const std::string cert_file = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key_file = absl::GetFlag(FLAGS_tls_key);
   if (target.empty()) return Fail(kExitUsage, "--target is empty");
   if (timeout <= absl::ZeroDuration()) {
     return Fail(kExitUsage, "--timeout must be positive");
@@ -81,20 +99,28 @@ int main(int argc, char** argv) {
   if (!server_name.empty() && ca_file.empty()) {
     return Fail(kExitUsage, "--tls_server_name needs --tls_ca_cert");
   }
+  if (cert_file.empty() != key_file.empty()) {
+    return Fail(kExitUsage, "--tls_cert and --tls_key go together");
+  }
+  if (!cert_file.empty() && ca_file.empty()) {
+    return Fail(kExitUsage, "--tls_cert needs --tls_ca_cert");
+  }
 
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   grpc::ChannelArguments args;
   if (ca_file.empty()) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
-    std::ifstream in(ca_file, std::ios::binary);
-    std::stringstream pem;
-    pem << in.rdbuf();
-    if (!in || pem.str().empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!ReadFile(ca_file, &ssl.pem_root_certs)) {
       return Fail(kExitUsage, "--tls_ca_cert: cannot read \"" + ca_file + "\"");
     }
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
+    if (!cert_file.empty() && !ReadFile(cert_file, &ssl.pem_cert_chain)) {
+      return Fail(kExitUsage, "--tls_cert: cannot read \"" + cert_file + "\"");
+    }
+    if (!key_file.empty() && !ReadFile(key_file, &ssl.pem_private_key)) {
+      return Fail(kExitUsage, "--tls_key: cannot read \"" + key_file + "\"");
+    }
     credentials = grpc::SslCredentials(ssl);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
   }

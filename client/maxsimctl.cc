@@ -91,6 +91,27 @@ const std::vector<FlagDef>& GlobalFlagDefs() {
       {"json", nullptr, "print results as JSON", nullptr, false},
       {"timeout", "DURATION", "deadline of each call (e.g. 500ms, 30s, 2m)",
        "30s", false},
+      {"tls", nullptr,
+       "connect with TLS, verifying the server against the system's roots",
+       nullptr, false},
+      {"tls-ca", "FILE",
+       "PEM file of the CA that signs the server's certificate (implies "
+       "--tls)",
+       nullptr, false},
+      {"tls-cert", "FILE",
+       "PEM file of this client's certificate, for mutual TLS (with "
+       "--tls-key; implies --tls)",
+       nullptr, false},
+      {"tls-key", "FILE", "PEM file of the private key of --tls-cert", nullptr,
+       false},
+      {"tls-server-name", "NAME",
+       "name the server's certificate carries when it is not --target's host "
+       "(implies --tls)",
+       nullptr, false},
+      {"token-file", "FILE",
+       "file whose first line (blank and '#' lines skipped) is the bearer "
+       "token sent with every call, as `authorization: Bearer <token>`",
+       nullptr, false},
       {"help", nullptr,
        "show help (maxsimctl <command> --help for one command)", nullptr,
        false},
@@ -815,33 +836,23 @@ int RunHealth(const Globals& g, const Flags& f) {
 }
 
 // ---------------------------------------------------------------------------
-// log-level: Admin.GetLogLevel / SetLogLevel. The client library has no
-// wrapper for them, so this command calls the Admin stub itself.
+// log-level: Admin.GetLogLevel / SetLogLevel.
 
 int RunLogLevel(const Globals& g, const Flags& f) {
   return Finish([&]() -> absl::Status {
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
-        g.options.target, grpc::InsecureChannelCredentials());
-    std::unique_ptr<v1::Admin::Stub> admin = v1::Admin::NewStub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + g.options.timeout));
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
     const std::string level = f.Get("level");
     if (level.empty()) {
-      v1::GetLogLevelResponse response;
-      MAXSIMD_RETURN_IF_ERROR(FromGrpcStatus(
-          admin->GetLogLevel(&ctx, v1::GetLogLevelRequest(), &response)));
+      MAXSIMD_ASSIGN_OR_RETURN(std::string current, client->GetLogLevel());
       if (g.json) {
-        std::printf("{\"level\":%s}\n", JsonString(response.level()).c_str());
+        std::printf("{\"level\":%s}\n", JsonString(current).c_str());
       } else {
-        std::printf("%s\n", response.level().c_str());
+        std::printf("%s\n", current.c_str());
       }
       return absl::OkStatus();
     }
-    v1::SetLogLevelRequest request;
-    request.set_level(level);
-    v1::SetLogLevelResponse response;
-    MAXSIMD_RETURN_IF_ERROR(
-        FromGrpcStatus(admin->SetLogLevel(&ctx, request, &response)));
+    MAXSIMD_ASSIGN_OR_RETURN(v1::SetLogLevelResponse response,
+                             client->SetLogLevel(level));
     if (g.json) {
       std::printf("{\"level\":%s,\"previous_level\":%s}\n",
                   JsonString(response.level()).c_str(),
@@ -1736,7 +1747,8 @@ std::string MainUsage() {
   }
   out +=
       "\nRun 'maxsimctl <command> --help' for a command's flags.\n"
-      "Flags take '--flag=value' or '--flag value'.\n"
+      "Flags take '--flag=value' or '--flag value'; '_' and '-' in a flag "
+      "name are the same.\n"
       "Exit status: 0 ok; 1 RPC, file or data error; 2 usage error; "
       "3 health not SERVING.\n";
   return out;
@@ -1762,7 +1774,10 @@ std::string CommandUsage(const CommandDef& c) {
     }
     out += "\n";
   }
-  out += "\nGlobal flags (see maxsimctl --help): --target, --json, --timeout\n";
+  out +=
+      "\nGlobal flags (see maxsimctl --help): --target, --json, --timeout, "
+      "--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, "
+      "--token-file\n";
   return out;
 }
 
@@ -1772,6 +1787,56 @@ const FlagDef* FindFlag(const std::vector<FlagDef>& defs,
     if (name == d.name) return &d;
   }
   return nullptr;
+}
+
+// The whole of a small file named by `--flag`; INVALID_ARGUMENT naming the
+// flag when it cannot be read or is empty.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path,
+                                         absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad() || text.empty()) {
+    return UsageError(
+        absl::StrCat("--", flag, ": cannot read '", path, "', or it is empty"));
+  }
+  return text;
+}
+
+// The TLS and token flags into `options`: files are read now, so a bad
+// path is a usage error naming its flag. Never prints the token.
+absl::Status SecurityOptions(const Flags& f, ClientOptions* options) {
+  options->use_tls = f.Bool("tls") || f.Has("tls-ca") || f.Has("tls-cert") ||
+                     f.Has("tls-server-name");
+  if (f.Has("tls-cert") != f.Has("tls-key")) {
+    return UsageError("--tls-cert and --tls-key go together (mutual TLS)");
+  }
+  if (f.Has("tls-ca")) {
+    MAXSIMD_ASSIGN_OR_RETURN(options->tls_root_certs,
+                             ReadFlagFile(f.Get("tls-ca"), "tls-ca"));
+  }
+  if (f.Has("tls-cert")) {
+    MAXSIMD_ASSIGN_OR_RETURN(options->tls_cert_chain,
+                             ReadFlagFile(f.Get("tls-cert"), "tls-cert"));
+    MAXSIMD_ASSIGN_OR_RETURN(options->tls_private_key,
+                             ReadFlagFile(f.Get("tls-key"), "tls-key"));
+  }
+  options->tls_server_name = f.Get("tls-server-name");
+  if (f.Has("token-file")) {
+    MAXSIMD_ASSIGN_OR_RETURN(std::string text,
+                             ReadFlagFile(f.Get("token-file"), "token-file"));
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      line = absl::StripAsciiWhitespace(line);
+      if (line.empty() || line[0] == '#') continue;
+      options->token = std::string(line);
+      break;
+    }
+    if (options->token.empty()) {
+      return UsageError(absl::StrCat("--token-file: '", f.Get("token-file"),
+                                     "' holds no token"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int UsageExit(absl::string_view message, absl::string_view hint) {
@@ -1825,6 +1890,8 @@ int Main(int argc, char** argv) {
       name.resize(eq);
       has_value = true;
     }
+    // --tls_ca as the server's flags are spelled, or --tls-ca.
+    std::replace(name.begin(), name.end(), '_', '-');
     // Global flags are accepted anywhere; command flags after the command.
     const FlagDef* def = FindFlag(GlobalFlagDefs(), name);
     Flags* target = &global_flags;
@@ -1894,6 +1961,10 @@ int Main(int argc, char** argv) {
                                   "as 500ms, 30s or 2m, got '",
                                   global_flags.Get("timeout"), "'"),
                      "");
+  }
+  if (absl::Status s = SecurityOptions(global_flags, &globals.options);
+      !s.ok()) {
+    return UsageExit(s.message(), "");
   }
   // Large corpora are streamed in chunks, but a single big query batch or
   // response still needs room.

@@ -257,14 +257,26 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
 }
 
 AdminService::AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
-                           Metrics* metrics)
-    : corpora_(corpora), limits_(limits), metrics_(metrics) {}
+                           Metrics* metrics, const Authenticator* auth)
+    : corpora_(corpora), limits_(limits), metrics_(metrics), auth_(auth) {}
+
+bool AdminService::Refused(grpc::CallbackServerContext* ctx,
+                           grpc::ServerUnaryReactor* reactor,
+                           const char* method, absl::Time arrival) const {
+  if (!auth_->Protects(Scope::kAdmin)) return false;
+  const absl::Status status =
+      auth_->Check(*ctx, Scope::kAdmin, absl::StrCat("Admin.", method));
+  if (status.ok()) return false;
+  FinishUnary(ctx, reactor, metrics_, method, arrival, status);
+  return true;
+}
 
 grpc::ServerUnaryReactor* AdminService::CreateCorpus(
     grpc::CallbackServerContext* ctx, const v1::CreateCorpusRequest* request,
     v1::CorpusInfo* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "CreateCorpus", arrival)) return reactor;
   absl::Status status = [&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(CorpusConfig config, ConfigFromRequest(*request));
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
@@ -278,6 +290,16 @@ grpc::ServerUnaryReactor* AdminService::CreateCorpus(
 
 grpc::ServerReadReactor<v1::AddDocumentsRequest>* AdminService::AddDocuments(
     grpc::CallbackServerContext* ctx, v1::AddDocumentsResponse* response) {
+  const absl::Time arrival = absl::Now();
+  if (absl::Status refused =
+          auth_->Check(*ctx, Scope::kAdmin, "Admin.AddDocuments");
+      !refused.ok()) {
+    ObserveCall(metrics_, "AddDocuments", arrival, refused, TakeRequestId(ctx));
+    // Finished before the first read: no message is decoded or added.
+    return new FinishedReactor<
+        grpc::ServerReadReactor<v1::AddDocumentsRequest>>(
+        ToGrpcStatus(refused));
+  }
   return new AddReactor(this, ctx, response);
 }
 
@@ -286,6 +308,7 @@ grpc::ServerUnaryReactor* AdminService::DeleteDocuments(
     v1::DeleteDocumentsResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "DeleteDocuments", arrival)) return reactor;
   absl::Status status = [&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
                              corpora_->Get(request->corpus()));
@@ -306,6 +329,7 @@ grpc::ServerUnaryReactor* AdminService::DropCorpus(
     v1::DropCorpusResponse*) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "DropCorpus", arrival)) return reactor;
   FinishUnary(ctx, reactor, metrics_, "DropCorpus", arrival,
               corpora_->Drop(request->name()));
   return reactor;
@@ -316,6 +340,7 @@ grpc::ServerUnaryReactor* AdminService::ListCorpora(
     v1::ListCorporaResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "ListCorpora", arrival)) return reactor;
   for (const auto& corpus : corpora_->List()) {
     DescribeCorpus(*corpus, corpora_->backend()->name(),
                    response->add_corpora());
@@ -329,6 +354,7 @@ grpc::ServerUnaryReactor* AdminService::GetCorpus(
     v1::CorpusInfo* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "GetCorpus", arrival)) return reactor;
   absl::StatusOr<std::shared_ptr<Corpus>> corpus =
       corpora_->Get(request->name());
   if (corpus.ok()) {
@@ -343,6 +369,7 @@ grpc::ServerUnaryReactor* AdminService::SetAlias(
     v1::SetAliasResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "SetAlias", arrival)) return reactor;
   absl::StatusOr<std::string> previous =
       corpora_->SetAlias(request->alias(), request->corpus());
   if (previous.ok()) response->set_previous_corpus(*previous);
@@ -355,6 +382,7 @@ grpc::ServerUnaryReactor* AdminService::DeleteAlias(
     v1::DeleteAliasResponse*) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "DeleteAlias", arrival)) return reactor;
   FinishUnary(ctx, reactor, metrics_, "DeleteAlias", arrival,
               corpora_->DeleteAlias(request->alias()));
   return reactor;
@@ -365,6 +393,7 @@ grpc::ServerUnaryReactor* AdminService::ListAliases(
     v1::ListAliasesResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "ListAliases", arrival)) return reactor;
   for (const auto& [alias, corpus] : corpora_->Aliases()) {
     v1::Alias* a = response->add_aliases();
     a->set_alias(alias);
@@ -407,6 +436,7 @@ grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
     v1::SnapshotCorpusResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "SnapshotCorpus", arrival)) return reactor;
   absl::StatusOr<int64_t> docs = [&]() -> absl::StatusOr<int64_t> {
     MAXSIMD_ASSIGN_OR_RETURN(
         std::string dir,
@@ -423,6 +453,7 @@ grpc::ServerUnaryReactor* AdminService::LoadCorpus(
     v1::CorpusInfo* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "LoadCorpus", arrival)) return reactor;
   absl::StatusOr<std::shared_ptr<Corpus>> corpus =
       [&]() -> absl::StatusOr<std::shared_ptr<Corpus>> {
     MAXSIMD_ASSIGN_OR_RETURN(
@@ -442,6 +473,7 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
     v1::AddDocumentsResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "ImportDocuments", arrival)) return reactor;
   const absl::Status status = [&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
                              corpora_->Get(request->corpus()));
@@ -523,6 +555,7 @@ grpc::ServerUnaryReactor* AdminService::GetLogLevel(
     v1::GetLogLevelResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "GetLogLevel", arrival)) return reactor;
   response->set_level(std::string(LogLevelName(spdlog::get_level())));
   FinishUnary(ctx, reactor, metrics_, "GetLogLevel", arrival, absl::OkStatus());
   return reactor;
@@ -533,6 +566,7 @@ grpc::ServerUnaryReactor* AdminService::SetLogLevel(
     v1::SetLogLevelResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
+  if (Refused(ctx, reactor, "SetLogLevel", arrival)) return reactor;
   const std::string request_id = TakeRequestId(ctx);
   absl::StatusOr<spdlog::level::level_enum> level =
       ParseLogLevel(request->level(), "level");

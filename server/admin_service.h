@@ -3,6 +3,11 @@
 // level (spdlog's process-wide level, logging.h). A call's x-request-id
 // metadata is echoed in its trailing metadata and tags its log lines.
 //
+// Every method, the read-only ones included, first asks the Authenticator
+// (auth.h, Scope::kAdmin); a refused call is finished with its
+// UNAUTHENTICATED or PERMISSION_DENIED status before anything is read or
+// changed.
+//
 // Writes are applied through Corpus, which publishes a new snapshot
 // atomically, so a failed call leaves the corpus unchanged and queries in
 // flight are never affected. AddDocuments converts each message as it
@@ -16,8 +21,10 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/time/time.h"
 #include "index/registry.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 
 namespace maxsimd {
@@ -33,8 +40,9 @@ struct AdminLimits {
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
+  // `auth` must outlive the service; `metrics` may be null.
   AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
-               Metrics* metrics);
+               Metrics* metrics, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* CreateCorpus(grpc::CallbackServerContext* ctx,
                                          const v1::CreateCorpusRequest* request,
@@ -87,9 +95,17 @@ class AdminService final : public v1::Admin::CallbackService {
   Metrics* metrics() const { return metrics_; }
 
  private:
+  // When the call of `ctx` may not call `method`, finishes it with the
+  // refusal (recorded as a failed call) and returns true; else returns
+  // false and does nothing.
+  bool Refused(grpc::CallbackServerContext* ctx,
+               grpc::ServerUnaryReactor* reactor, const char* method,
+               absl::Time arrival) const;
+
   CorpusRegistry* const corpora_;
   const AdminLimits limits_;
   Metrics* const metrics_;
+  const Authenticator* const auth_;
 };
 
 // The absolute path of a request's `path` under `root`: INVALID_ARGUMENT

@@ -178,6 +178,19 @@ class RequestIdFlag final : public spdlog::custom_flag_formatter {
   }
 };
 
+// The %N flag of the text pattern: the level's name as the JSON lines and
+// the log-level RPCs spell it ("warn", not spdlog's "warning").
+class LevelNameFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    Append(dest, LogLevelName(msg.level));
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<LevelNameFlag>();
+  }
+};
+
 // Process-wide budget of failure lines: kMaxFailureLinesPerSecond per
 // second of the steady clock. Approximate under races (two threads may
 // both reset a new second), which only shifts a line or two.
@@ -254,8 +267,8 @@ absl::string_view LogLevelName(spdlog::level::level_enum level) {
 std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format) {
   if (format == LogFormat::kJson) return std::make_unique<JsonFormatter>();
   auto text = std::make_unique<spdlog::pattern_formatter>();
-  text->add_flag<RequestIdFlag>('Q').set_pattern(
-      "[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %Q%v");
+  text->add_flag<RequestIdFlag>('Q').add_flag<LevelNameFlag>('N').set_pattern(
+      "[%Y-%m-%d %H:%M:%S.%e] [%^%N%$] %Q%v");
   return text;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/types.h"
+#include "server/auth.h"
 #include "server/logging.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -23,6 +24,38 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC listen address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables it");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of the server's certificate chain (leaf first): the gRPC "
+          "port serves TLS, with --tls_key; empty = plaintext. /metrics "
+          "stays plain HTTP on --metrics_listen");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM file of the unencrypted private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM file of the CA certificates that sign client certificates: "
+          "with it every client must present a certificate they verify "
+          "(mutual TLS), and such a certificate may call Admin (see "
+          "--admin_client_names); needs --tls_cert");
+ABSL_FLAG(std::vector<std::string>, admin_client_names, {},
+          "With --tls_client_ca, the client certificate names (subject CN or "
+          "a subject alternative name), comma-separated, that may call Admin "
+          "without a token; empty = every verified client certificate");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "File of bearer tokens that may call Admin, one a line (16 to 4096 "
+          "printable ASCII characters; blank lines and '#' comments "
+          "skipped), read at start; list two tokens to rotate. With a token "
+          "configured, an Admin call without a valid one is refused");
+ABSL_FLAG(std::vector<std::string>, admin_tokens, {},
+          "Admin bearer tokens, comma-separated, added to those of "
+          "--admin_token_file; visible in the process list, so prefer the "
+          "file");
+ABSL_FLAG(std::string, query_auth, "none",
+          "Authentication of Reranker calls: none (open), or token (a token "
+          "of --query_token_file or an admin token, or an admin client "
+          "certificate); health and reflection stay open");
+ABSL_FLAG(std::string, query_token_file, "",
+          "File of bearer tokens for Reranker calls under --query_auth=token, "
+          "in the format of --admin_token_file (admin tokens are accepted "
+          "too)");
 ABSL_FLAG(bool, cpu, false, "Force the CPU backend even when a GPU is present");
 ABSL_FLAG(std::vector<std::string>, devices, {},
           "Comma-separated CUDA device ordinals to serve on; empty = every "
@@ -162,6 +195,17 @@ int main(int argc, char** argv) {
   maxsimd::ServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  o.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  o.auth.admin_client_names = absl::GetFlag(FLAGS_admin_client_names);
+  o.auth.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
+  o.auth.admin_tokens = absl::GetFlag(FLAGS_admin_tokens);
+  o.auth.query_token_file = absl::GetFlag(FLAGS_query_token_file);
+  const absl::StatusOr<maxsimd::QueryAuth> query_auth =
+      maxsimd::ParseQueryAuth(absl::GetFlag(FLAGS_query_auth), "--query_auth");
+  if (!query_auth.ok()) return Fail(std::string(query_auth.status().message()));
+  o.auth.query_auth = *query_auth;
   for (const std::string& d : absl::GetFlag(FLAGS_devices)) {
     int ordinal = -1;
     if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {

@@ -41,11 +41,13 @@ void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
 }
 
 RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
-                                 const RequestLimits& limits, Metrics* metrics)
+                                 const RequestLimits& limits, Metrics* metrics,
+                                 const Authenticator* auth)
     : corpora_(corpora),
       scheduler_(scheduler),
       limits_(limits),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      auth_(auth) {}
 
 absl::StatusOr<QueryTask> RerankerService::Prepare(
     const v1::RerankRequest& request, absl::string_view field,
@@ -104,6 +106,12 @@ grpc::ServerUnaryReactor* RerankerService::Rerank(
     ObserveCall(metrics, "Rerank", arrival, s, reactor->request_id());
     reactor->Finish(ToGrpcStatus(s));
   };
+  if (absl::Status refused =
+          auth_->Check(*ctx, Scope::kQuery, "Reranker.Rerank");
+      !refused.ok()) {
+    finish(refused);
+    return reactor;
+  }
   absl::StatusOr<QueryTask> task =
       Prepare(*request, "", ctx, reactor->cancel_key());
   if (!task.ok()) {
@@ -131,6 +139,12 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
     ObserveCall(metrics, "RerankBatch", arrival, s, reactor->request_id());
     reactor->Finish(ToGrpcStatus(s));
   };
+  if (absl::Status refused =
+          auth_->Check(*ctx, Scope::kQuery, "Reranker.RerankBatch");
+      !refused.ok()) {
+    finish(refused);
+    return reactor;
+  }
   const int n = request->queries_size();
   if (n < 1 || n > limits_.max_batch_queries) {
     finish(absl::InvalidArgumentError(
@@ -328,6 +342,16 @@ class StreamReactor final
 
 grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>*
 RerankerService::RerankStream(grpc::CallbackServerContext* ctx) {
+  if (absl::Status refused =
+          auth_->Check(*ctx, Scope::kQuery, "Reranker.RerankStream");
+      !refused.ok()) {
+    ObserveCall(metrics_, "RerankStream", absl::Now(), refused,
+                TakeRequestId(ctx));
+    // Finished before the first read: no query is decoded or queued.
+    return new FinishedReactor<
+        grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>>(
+        ToGrpcStatus(refused));
+  }
   return new StreamReactor(this, ctx);
 }
 

@@ -13,6 +13,10 @@
 // failure of one message is logged with the stream's id and the message's
 // own request_id.
 //
+// Each method first asks the Authenticator (auth.h, Scope::kQuery); a
+// refused call is finished with its status before anything is decoded or
+// queued.
+//
 // Thread-safety: the service object is shared by all gRPC threads; it holds
 // only pointers to thread-safe components.
 #ifndef MAXSIMD_SERVER_RERANKER_SERVICE_H_
@@ -22,6 +26,7 @@
 #include "absl/time/time.h"
 #include "index/registry.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/request_decoder.h"
 #include "server/scheduler.h"
@@ -32,7 +37,8 @@ class RerankerService final : public v1::Reranker::CallbackService {
  public:
   // All pointers must outlive the service; `metrics` may be null.
   RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
-                  const RequestLimits& limits, Metrics* metrics);
+                  const RequestLimits& limits, Metrics* metrics,
+                  const Authenticator* auth);
 
   grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* ctx,
                                    const v1::RerankRequest* request,
@@ -58,6 +64,7 @@ class RerankerService final : public v1::Reranker::CallbackService {
   Scheduler* const scheduler_;
   const RequestLimits limits_;
   Metrics* const metrics_;
+  const Authenticator* const auth_;
 };
 
 // Copies a finished query into its response message.

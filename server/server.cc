@@ -268,6 +268,25 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   MAXSIMD_RETURN_IF_ERROR(ValidateSchedulerOptions(options.scheduler));
   std::unique_ptr<MaxsimServer> s(new MaxsimServer);
   s->options_ = options;
+  // Credentials first: a bad file fails start-up before a corpus loads.
+  MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                           MakeServerCredentials(options.tls));
+  const bool tls = !options.tls.cert_file.empty();
+  const bool mutual_tls = tls && !options.tls.client_ca_file.empty();
+  MAXSIMD_ASSIGN_OR_RETURN(s->auth_,
+                           Authenticator::Create(options.auth, mutual_tls));
+  spdlog::info("gRPC port: {}; Admin calls: {}; Reranker calls: {}",
+               mutual_tls ? "mutual TLS"
+               : tls      ? "TLS"
+                          : "plaintext",
+               s->auth_->Protects(Scope::kAdmin) ? "authenticated" : "open",
+               s->auth_->Protects(Scope::kQuery) ? "authenticated" : "open");
+  if (!tls && (s->auth_->Protects(Scope::kAdmin) ||
+               s->auth_->Protects(Scope::kQuery))) {
+    spdlog::warn(
+        "bearer tokens are accepted over plaintext: anyone who can watch the "
+        "network can read them; set --tls_cert and --tls_key");
+  }
   MAXSIMD_ASSIGN_OR_RETURN(s->backend_, options.backend_factory
                                             ? options.backend_factory(options)
                                             : CreateBackend(options));
@@ -282,9 +301,10 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
       s->backend_.get(), options.scheduler, s->metrics_.get());
   s->reranker_ = std::make_unique<RerankerService>(
       s->corpora_.get(), s->scheduler_.get(), options.request_limits,
-      s->metrics_.get());
-  s->admin_ = std::make_unique<AdminService>(
-      s->corpora_.get(), options.admin_limits, s->metrics_.get());
+      s->metrics_.get(), s->auth_.get());
+  s->admin_ =
+      std::make_unique<AdminService>(s->corpora_.get(), options.admin_limits,
+                                     s->metrics_.get(), s->auth_.get());
 
   // Reflection describes every service in the generated descriptor pool;
   // touching the health descriptor links grpc.health.v1 into that pool.
@@ -292,8 +312,7 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &s->port_);
+  builder.AddListeningPort(options.listen, creds, &s->port_);
   grpc::ResourceQuota quota("maxsimd");
   if (options.grpc_max_threads > 0)
     quota.SetMaxThreads(options.grpc_max_threads);

@@ -12,6 +12,11 @@
 // executing meanwhile, so queued queries finish), then the scheduler stops
 // and the backend is released.
 //
+// Security: the gRPC port serves TLS or mutual TLS per ServerOptions::tls,
+// and Admin (and, if asked, Reranker) calls are authenticated per
+// ServerOptions::auth (auth.h); health and reflection stay open. /metrics
+// is plain HTTP on its own address (--metrics_listen).
+//
 // Thread-safety: Start() and Shutdown() are called from one thread (main or
 // a test); accessors are safe from any thread once Start() returned.
 #ifndef MAXSIMD_SERVER_SERVER_H_
@@ -30,6 +35,7 @@
 #include "absl/time/time.h"
 #include "index/corpus.h"
 #include "server/admin_service.h"
+#include "server/auth.h"
 #include "server/request_decoder.h"
 #include "server/scheduler.h"
 
@@ -84,6 +90,11 @@ struct ServerOptions {
   // host-placed corpora stream through (0: host placement refused).
   int64_t stream_buffer_bytes = int64_t{64} << 20;
   int64_t max_message_bytes = 64 << 20;
+  // TLS of the gRPC port (empty: plaintext) and who may call what. Start()
+  // reads every file before anything else and fails, naming the flag, when
+  // one cannot be used.
+  TlsOptions tls;
+  AuthOptions auth;
   int grpc_max_threads = 0;             // gRPC resource quota; 0 = default
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default
   absl::Duration drain_timeout = absl::Seconds(30);
@@ -137,6 +148,7 @@ class MaxsimServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<CorpusRegistry> corpora_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<RerankerService> reranker_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;

@@ -129,8 +129,12 @@ TEST(LogFormatTest, TextLinesNameTheRequestIdOnlyInsideItsScope) {
     spdlog::info("restored");
   }
   spdlog::info("after");
-  const std::vector<std::string> lines = log.Lines();
-  ASSERT_EQ(lines.size(), 4u);
+  spdlog::warn("last");
+  std::vector<std::string> lines = log.Lines();
+  ASSERT_EQ(lines.size(), 5u);
+  // Levels are named as in the JSON lines and the log-level RPCs.
+  EXPECT_THAT(lines[4], ::testing::HasSubstr("] [warn] last")) << lines[4];
+  lines.pop_back();
   const std::regex prefix(
       R"(^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] \[info\] )");
   for (const std::string& line : lines) {

@@ -47,9 +47,9 @@ _MAX_ADD_CHUNK = 8 << 20
 class TlsOptions:
     """TLS for the channel (grpc.ssl_channel_credentials).
 
-    maxsimd itself listens in plaintext; TLS is for a deployment that
-    terminates it in front of the server (an ingress, a service mesh or an
-    Envoy sidecar), possibly with client certificates (mutual TLS).
+    For a maxsimd started with ``--tls_cert``/``--tls_key`` (and, for mutual
+    TLS, ``--tls_client_ca``), or for a proxy that terminates TLS in front of
+    it (an ingress, a service mesh or an Envoy sidecar).
 
     Attributes:
         root_certificates: CA bundle that signs the server's certificate;
@@ -83,6 +83,27 @@ def _pem(value: Optional[PemLike]) -> Optional[bytes]:
         return value.encode("ascii")
     with open(value, "rb") as f:
         return f.read()
+
+
+def _call_metadata(token: Optional[str],
+                   metadata: Sequence[Tuple[str, str]]
+                   ) -> Optional[Tuple[Tuple[str, str], ...]]:
+    """The metadata of every call: ``metadata`` plus, with a token, its
+    ``authorization`` entry. Refuses a token gRPC could not send (checked
+    here, once, rather than failing every call), without quoting it."""
+    entries = tuple(metadata)
+    if token is not None:
+        if not isinstance(token, str) or not token or any(
+                not 0x21 <= ord(c) <= 0x7E for c in token):
+            raise invalid_argument(
+                "token must be a non-empty string of printable ASCII "
+                "characters without white space")
+        if any(key.lower() == "authorization" for key, _ in entries):
+            raise invalid_argument(
+                "token and an authorization entry in metadata exclude each "
+                "other")
+        entries = (("authorization", f"Bearer {token}"),) + entries
+    return entries or None
 
 
 def _enum(enum: Any, prefix: str, value: Union[str, int, None]) -> int:
@@ -190,8 +211,16 @@ class Client:
         send_dtype: wire dtype of embeddings: None (float16 arrays as
             float16, everything else float32), "float32", "float16" or
             "bfloat16".
-        metadata: gRPC metadata sent with every call (e.g. an authorization
-            header for a proxy in front of the server).
+        token: a bearer token sent with every call as ``authorization:
+            Bearer <token>`` metadata: an admin token for the admin calls of
+            a server with ``--admin_token_file``, or a query token under
+            ``--query_auth=token``. It travels in clear text unless ``tls``
+            is set. The server answers UnauthenticatedError for a missing or
+            unknown token and PermissionDeniedError for a query token on an
+            admin call.
+        metadata: gRPC metadata sent with every call (e.g. for a proxy in
+            front of the server); with ``token``, do not also pass an
+            ``authorization`` entry.
         interceptors: gRPC client interceptors wrapped around the channel.
         channel_options: extra gRPC channel arguments; they override the
             client's own.
@@ -207,6 +236,7 @@ class Client:
                  lb_policy: Optional[str] = "round_robin",
                  max_message_bytes: int = 64 << 20,
                  send_dtype: Optional[str] = None,
+                 token: Optional[str] = None,
                  metadata: Sequence[Tuple[str, str]] = (),
                  interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
                  channel_options: Sequence[Tuple[str, Any]] = ()) -> None:
@@ -216,7 +246,7 @@ class Client:
             max_attempts=max_retries + 1, initial_backoff=backoff,
             max_backoff=max_backoff)
         self.send_dtype = send_dtype
-        self._metadata = tuple(metadata) or None
+        self._metadata = _call_metadata(token, metadata)
         self._rng = random.Random()
 
         policy = self.retry_policy

@@ -77,6 +77,16 @@ class DeadlineExceededError(MaxsimdError):
     """DEADLINE_EXCEEDED: the call's deadline passed."""
 
 
+class UnauthenticatedError(MaxsimdError):
+    """UNAUTHENTICATED: no credential, or a token the server does not know."""
+
+
+class PermissionDeniedError(MaxsimdError):
+    """PERMISSION_DENIED: a known credential that may not call the method
+    (a query token on an admin call, or a client certificate not allowed to
+    administer)."""
+
+
 class UnavailableError(MaxsimdError):
     """UNAVAILABLE: no server reachable, or the server is draining."""
 
@@ -100,6 +110,8 @@ _CLASS_BY_CODE: Dict[grpc.StatusCode, Type[MaxsimdError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
     grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
     grpc.StatusCode.DATA_LOSS: DataLossError,

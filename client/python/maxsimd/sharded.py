@@ -89,7 +89,7 @@ class ShardedClient:
             default ``crc32_shard``.
         max_workers: threads of the fan-out pool (default 2 per shard, so two
             queries can be in flight on every shard at once).
-        **client_options: passed to every shard's ``Client`` (tls,
+        **client_options: passed to every shard's ``Client`` (tls, token,
             default_timeout, retries, ...).
     """
 

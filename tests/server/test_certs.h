@@ -1,0 +1,43 @@
+// Test certificates, made at test time with the `openssl` command-line tool
+// (scripts/install_deps.sh installs it) into a fresh temporary directory:
+// a CA, a server certificate for localhost and 127.0.0.1, two client
+// certificates it signs, and a client certificate of another CA. EC P-256
+// keys, valid for two days from now. Never checked in, so none expires.
+//
+// Thread-safety: MakeTestCerts may run on any thread; it only writes its
+// own directory.
+#ifndef MAXSIMD_TESTS_SERVER_TEST_CERTS_H_
+#define MAXSIMD_TESTS_SERVER_TEST_CERTS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace maxsimd::testing {
+
+// Paths of PEM files, all under `dir`.
+struct TestCerts {
+  std::string dir;
+  std::string ca_cert;  // the CA that signs the server and both clients
+  std::string server_cert, server_key;  // CN=localhost, DNS:localhost,
+                                        // IP:127.0.0.1
+  std::string admin_cert, admin_key;    // CN=admin-client, DNS:admin-client
+  std::string query_cert, query_key;    // CN=query-client, DNS:query-client
+  std::string other_ca_cert;            // a second, unrelated CA
+  // CN=admin-client as well, but signed by the other CA.
+  std::string rogue_cert, rogue_key;
+};
+
+// Makes the certificates in a new directory under $TMPDIR (or /tmp);
+// INTERNAL with openssl's output when a command fails.
+absl::StatusOr<TestCerts> MakeTestCerts();
+
+// The contents of a file; "" when it cannot be read.
+std::string ReadTestFile(const std::string& path);
+
+// Writes `text` to `path` (replacing it); false on failure.
+bool WriteTestFile(const std::string& path, const std::string& text);
+
+}  // namespace maxsimd::testing
+
+#endif  // MAXSIMD_TESTS_SERVER_TEST_CERTS_H_
