@@ -43,7 +43,7 @@ import yaml  # noqa: E402  (check_flags exits with a message without it)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Names the rules and dashboard use that other exporters provide.
-EXTERNAL = {"up", "kube_pod_status_ready"}
+EXTERNAL = {"up"}
 # The server's own families, the process collector's and those of
 # prometheus-cpp's HTTP exposer.
 PREFIXES = r"\b((?:maxsimd|process|exposer)_[a-z0-9_]+)"

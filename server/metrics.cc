@@ -75,7 +75,13 @@ Metrics::Metrics(prometheus::Registry& registry,
                     .Name("maxsimd_rejected_total")
                     .Help("Queries refused or withdrawn before they ran, by "
                           "reason.")
-                    .Register(registry)) {
+                    .Register(registry)),
+      serving_(prometheus::BuildGauge()
+                   .Name("maxsimd_serving")
+                   .Help("1 while health reports SERVING (corpora loaded, "
+                         "backend healthy, not draining), else 0.")
+                   .Register(registry)
+                   .Add({})) {
   prometheus::BuildGauge()
       .Name("maxsimd_build_info")
       .Help("Build facts of the running server; the value is always 1.")
@@ -107,6 +113,8 @@ void Metrics::SetQueueDepth(int64_t queries, int64_t bytes) {
 void Metrics::CountRejected(const std::string& reason) {
   rejected_.Add({{"reason", reason}}).Increment();
 }
+
+void Metrics::SetServing(bool serving) { serving_.Set(serving ? 1 : 0); }
 
 std::vector<prometheus::MetricFamily> CorpusCollector::Collect() const {
   auto docs =

@@ -51,6 +51,9 @@ class Metrics {
   // "max_queued_queries_per_corpus", "max_queued_bytes_per_corpus"), or
   // "deadline", "cancelled", "draining".
   void CountRejected(const std::string& reason);
+  // maxsimd_serving: 1 while health reports SERVING (configured corpora
+  // loaded, backend healthy, not draining), else 0.
+  void SetServing(bool serving);
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
@@ -60,6 +63,7 @@ class Metrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& queue_bytes_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Gauge& serving_;
 };
 
 // Scrape-time gauges per corpus: maxsimd_corpus_documents,

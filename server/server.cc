@@ -424,6 +424,8 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
 
 void MaxsimServer::SetServing(bool serving) {
   serving_.store(serving);
+  // The gauge first: whoever sees the new health status sees it too.
+  if (metrics_ != nullptr) metrics_->SetServing(serving);
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   for (const char* service : kServices) {
     health->SetServingStatus(service, serving);

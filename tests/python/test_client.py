@@ -426,8 +426,8 @@ class ErrorTest(Fixture):
 
 
 # --------------------------------------------------------------------------
-# TLS, against an in-process gRPC server (maxsimd itself listens in
-# plaintext; TLS is terminated in front of it)
+# TLS options of the client, against an in-process gRPC server (the
+# server's own TLS and tokens are tested in tests/e2e/python_auth_test.py)
 
 
 class FakeReranker(reranker_pb2_grpc.RerankerServicer):

@@ -5,8 +5,12 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -120,15 +124,29 @@ TEST_F(ReadinessTest, NotServingUntilTheDemoCorporaAreLoaded) {
             50);
 }
 
+// The maxsimd_serving sample of /metrics: "1", "0", or "" when absent.
+std::string ServingGauge(int metrics_port) {
+  auto text = ::maxsimd::testing::HttpGet(metrics_port, "/metrics");
+  if (!text.ok()) return "unreachable: " + text.status().ToString();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::ConsumePrefix(&line, "maxsimd_serving "))
+      return std::string(line);
+  }
+  return "";
+}
+
 TEST_F(ReadinessTest, StickyBackendFailureTurnsNotServing) {
+  options_.metrics_listen = "127.0.0.1:0";
   auto server = MaxsimServer::Start(options_);
   ASSERT_TRUE(server.ok()) << server.status();
   backend_.load()->release.Notify();
   EXPECT_EQ(Health(), HealthStatus::SERVING);
   EXPECT_TRUE((*server)->serving());
+  EXPECT_EQ(ServingGauge((*server)->metrics_port()), "1");
   backend_.load()->healthy_flag.store(false);
   EXPECT_TRUE(HealthBecomes(HealthStatus::NOT_SERVING));
   EXPECT_FALSE((*server)->serving());
+  EXPECT_EQ(ServingGauge((*server)->metrics_port()), "0");
 }
 
 TEST_F(ReadinessTest, ShutdownTurnsNotServingForGood) {
