@@ -380,11 +380,21 @@ class ErrorTest(Fixture):
         self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
 
     def test_deadline_exceeded_is_not_retried(self) -> None:
+        # A server that answers after the deadline: with the real server a
+        # query small enough to beat gRPC's deadline timer may still succeed.
+        server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        reranker_pb2_grpc.add_RerankerServicer_to_server(
+            FakeReranker(delay=0.5), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
         counter = CountingInterceptor()
-        with maxsimd.Client(SERVERS["whole"].target,
-                            interceptors=[counter]) as client:
-            with self.assertRaises(maxsimd.DeadlineExceededError) as cm:
-                client.rerank(self.corpus, self.query(), timeout=1e-6)
+        try:
+            with maxsimd.Client(f"127.0.0.1:{port}",
+                                interceptors=[counter]) as client:
+                with self.assertRaises(maxsimd.DeadlineExceededError) as cm:
+                    client.rerank(self.corpus, self.query(), timeout=0.05)
+        finally:
+            server.stop(None)
         self.assertEqual(cm.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
         self.assertEqual(counter.calls, 1)
 
@@ -431,7 +441,13 @@ class ErrorTest(Fixture):
 
 
 class FakeReranker(reranker_pb2_grpc.RerankerServicer):
+    """Answers every Rerank with document "7", after `delay` seconds."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
     def Rerank(self, request, context):  # noqa: N802 - gRPC's name
+        time.sleep(self.delay)
         return reranker_pb2.RerankResponse(
             request_id=request.request_id,
             results=[types_pb2.ScoredDocument(id="7", score=1.5)])
@@ -543,6 +559,19 @@ class AdminTest(Fixture):
         self.client.drop_corpus(name)
         with self.assertRaises(maxsimd.NotFoundError):
             self.client.get_corpus(name)
+
+    def test_log_level(self) -> None:
+        before = self.client.get_log_level()
+        self.assertEqual(self.client.set_log_level("debug"), before)
+        self.assertEqual(self.client.get_log_level(), "debug")
+        # spdlog's spelling is accepted and answered in the server's.
+        self.assertEqual(self.client.set_log_level("warning"), "debug")
+        self.assertEqual(self.client.get_log_level(), "warn")
+        with self.assertRaises(maxsimd.InvalidArgumentError) as raised:
+            self.client.set_log_level("loud")
+        self.assertIn("level", str(raised.exception))
+        self.assertEqual(self.client.get_log_level(), "warn")
+        self.assertEqual(self.client.set_log_level(before), "warn")
 
 
 # --------------------------------------------------------------------------
