@@ -322,12 +322,14 @@ struct TmaBlock {
   float* carry_base;
   float* carry_in;
   float* carry_out;
-  float* xchg_base;                // column split: [64] float2 (S::kXchgOff)
-  float qs_lo = 1.f, qs_hi = 1.f;  // column split: RowScales of the tile
-  float* part;                     // this chunk's table of partial sums
-  float* part_base;                // the two tables
-  int32_t* qblk;                   // query_blocks[qa ..], copied at block start
-  uint64_t* full;                  // [kStages] chunk landed (1 arrival + bytes)
+  // Column split: the first half's maxima of the crossing segment ([64]
+  // float2, S::kXchgOff), and the tile's row scales (RowScales).
+  float* xchg_base;
+  float qs_lo = 1.f, qs_hi = 1.f;
+  float* part;       // this chunk's table of partial sums
+  float* part_base;  // the two tables
+  int32_t* qblk;     // query_blocks[qa ..], copied at block start
+  uint64_t* full;    // [kStages] chunk landed (1 arrival + bytes)
   uint64_t* empty;   // [kStages] chunk consumed (one arrival per warp)
   uint64_t* qfull;   // [kWG * kQStages] query tile landed
   uint64_t* qempty;  // [kWG * kQStages] query tile consumed
