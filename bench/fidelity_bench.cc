@@ -24,6 +24,14 @@
 //                                   k, then the candidates ranked exactly;
 //                                   its overlap is the pipeline's recall@k)
 //
+// The PLAID codecs are trained as the index trains them for the backend
+// (PlaidTrainOptionsFor, index/plaid_train.h): with --backend cpu, k-means
+// on the host over a sample of 2^16 tokens (so at most 2048 centroids);
+// with --backend gpu, k-means assignments on the GPU over a sample of 2^19
+// tokens, for ColBERT's centroid count of the corpus (16384 for the
+// default 1.6 M tokens), from random seeds as ColBERT's. The report names
+// the trainer and each codec's centroid count.
+//
 // For each, the table gives the mean top-k overlap with the exact top k
 // (|exact ∩ layout| / k, averaged over queries), the fraction of queries
 // whose first result is the exact first, the worst query's overlap, and
@@ -68,6 +76,7 @@
 #include "absl/types/span.h"
 #include "index/corpus.h"
 #include "index/plaid_search.h"
+#include "index/plaid_train.h"
 #include "index/synthetic.h"
 #include "kernels/backend.h"
 #include "kernels/gpu_backend.h"
@@ -315,6 +324,7 @@ struct LayoutResult {
   int64_t far_intruders = 0;
   double build_seconds = 0.0;
   double search_seconds = 0.0;
+  int64_t plaid_centroids = 0;  // the codec's, PLAID layouts only
 };
 
 // Builds `c` as the index does, searches every query in batches within the
@@ -354,6 +364,9 @@ absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
   }
   const std::shared_ptr<const CorpusSnapshot> snap = index->Snapshot();
   result->build_seconds = Seconds(start);
+  if (snap->codec() != nullptr) {
+    result->plaid_centroids = snap->codec()->codec().num_centroids;
+  }
 
   // The queries in batches the backend accepts.
   const BackendLimits& bl = backend->limits();
@@ -600,6 +613,19 @@ int Run() {
       {"plaid4", Layout::kPlaid, DType::kPlaid4, false},
       {"plaid4", Layout::kPlaid, DType::kPlaid4, false, true},
   };
+  // How the index trains PLAID codecs for this backend.
+  const PlaidTrainOptions trainer = PlaidTrainOptionsFor(backend->get());
+  const std::string trainer_text = absl::StrFormat(
+      "k-means %s, on a sample of up to %d tokens, ColBERT's centroid count "
+      "(at most one per 32 sampled tokens), %s seeds, %d iterations",
+      trainer.assign ? absl::StrCat("assignments on ", (*backend)->name())
+                     : std::string("on the host"),
+      trainer.max_sample,
+      trainer.seeding == PlaidSeeding::kRandomTokens ? "random" : "k-means++",
+      trainer.iterations);
+  if (layouts.count("plaid2") != 0 || layouts.count("plaid4") != 0) {
+    std::printf("PLAID codec trainer: %s\n", trainer_text.c_str());
+  }
   std::vector<LayoutResult> results;
   std::map<DType, std::shared_ptr<Corpus>> built;  // by storage dtype
   for (const LayoutCase& c : cases) {
@@ -654,6 +680,16 @@ int Run() {
       failed = true;
     }
   }
+  for (const LayoutResult& r : results) {
+    if (r.plaid_centroids > 0 && r.query_mode == "exhaustive") {
+      std::printf(
+          "%s codec: %lld centroids; trained and compressed in %.1f s "
+          "(k-means %s)\n",
+          r.name.c_str(), static_cast<long long>(r.plaid_centroids),
+          r.build_seconds,
+          trainer.assign ? "assignments on the GPU" : "on the host");
+    }
+  }
   const double total_seconds = Seconds(run_start);
   std::printf("total %.1f s\n", total_seconds);
 
@@ -668,12 +704,13 @@ int Run() {
         "  \"exact_seconds\": %.3f,\n  \"exact_max_deviation_from_fp64\": "
         "%.3e,\n  \"exact_median_boundary_gap\": %s,\n"
         "  \"exact_median_boundary_gap_relative\": %s,\n"
-        "  \"total_seconds\": %.3f,\n  \"layouts\": [\n",
+        "  \"total_seconds\": %.3f,\n  \"plaid_trainer\": %s,\n"
+        "  \"layouts\": [\n",
         JsonString((*backend)->name()), num_docs, corpus.cu_seqlens.back(),
         min_tokens, max_tokens, dim, clusters, noise, num_queries, query_tokens,
         query_noise, k, seed, pool.size(), generate_seconds, exact_seconds,
         oracle_dev, JsonNumber(median_gap), JsonNumber(median_rel_gap),
-        total_seconds);
+        total_seconds, JsonString(trainer_text));
     for (size_t i = 0; i < results.size(); ++i) {
       const LayoutResult& r = results[i];
       absl::StrAppend(&j, "    {\"layout\": ", JsonString(r.name),
@@ -690,6 +727,9 @@ int Run() {
                             r.mean_overlap, r.same_first, r.worst_overlap,
                             r.near_intruders, r.far_intruders, r.build_seconds,
                             r.search_seconds));
+        if (r.plaid_centroids > 0) {
+          absl::StrAppend(&j, ", \"plaid_centroids\": ", r.plaid_centroids);
+        }
       }
       absl::StrAppend(&j, "}", i + 1 < results.size() ? "," : "", "\n");
     }

@@ -27,7 +27,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=$root/.bundle
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
-  host_stream_test gpu_int8_test gpu_plaid_test)
+  host_stream_test gpu_int8_test gpu_plaid_test gpu_kmeans_test)
 
 # Service binaries and tests that also run on the GPU (path in the build).
 service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen

@@ -717,10 +717,13 @@ absl::StatusOr<SegmentData> Corpus::CompressLocked(
           DTypeName(data.dtype)));
     }
     if (codec_ == nullptr) {
-      // Train on a uniform sample of the rows.
-      PlaidTrainOptions options;
+      // Train on a uniform sample of the rows; with k-means on the backend's
+      // GPU, on a larger one, for ColBERT's centroid count of all the rows
+      // (PlaidTrainOptionsFor).
+      PlaidTrainOptions options = PlaidTrainOptionsFor(backend_);
       options.nbits = nbits;
       options.num_centroids = config_.plaid_centroids;
+      options.corpus_tokens = rows;
       const int64_t n = std::min(rows, options.max_sample);
       std::vector<float> sample(static_cast<size_t>(n * data.dim));
       for (int64_t i = 0; i < n; ++i) {
@@ -763,6 +766,9 @@ absl::StatusOr<SegmentData> Corpus::CompressLocked(
   out.codes.resize(static_cast<size_t>(rows));
   out.scales.assign(static_cast<size_t>(rows), 1.f);
   const PlaidRowDecoder decoder(c.bucket_weights.data(), nbits, out.dim);
+  // Each row's centroid on the backend's GPU where it has k-means (the
+  // host's codes, bit for bit), else on the host.
+  const PlaidAssignFn assign = BackendAssignFn(backend_);
   std::vector<int64_t> codes;
   std::vector<float> v(static_cast<size_t>(out.dim));
   for (int64_t first = 0; first < rows; first += kCompressRows) {
@@ -771,7 +777,9 @@ absl::StatusOr<SegmentData> Corpus::CompressLocked(
     codes.resize(static_cast<size_t>(n));
     uint8_t* residuals =
         reinterpret_cast<uint8_t*>(out.tokens.data()) + first * row_bytes;
-    CompressPlaidEmbeddings(c, chunk.data(), n, codes.data(), residuals);
+    absl::Status compressed = CompressPlaidEmbeddings(
+        c, chunk.data(), n, codes.data(), residuals, assign);
+    if (!compressed.ok()) return AbandonLocked(compressed);
     for (int64_t i = 0; i < n; ++i) {
       out.codes[first + i] = static_cast<int32_t>(codes[i]);
       if (config_.normalize) {

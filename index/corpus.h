@@ -51,8 +51,10 @@ struct CorpusConfig {
   // float16 (SearchParams::quantize_queries).
   bool quantize_queries = false;
   // kPlaid only: the number of centroids to train; 0 picks ColBERT's count
-  // for the first append's size (index/plaid_train.h). A codec that comes
-  // with imported documents must have this many, when set.
+  // for the first append's size, capped at one per 32 sampled tokens: at
+  // most 2048 when k-means runs on the host, 16384 when the backend runs
+  // it on a GPU (index/plaid_train.h, PlaidTrainOptionsFor). A codec that
+  // comes with imported documents must have this many, when set.
   int64_t plaid_centroids = 0;
 };
 

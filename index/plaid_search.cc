@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "kernels/target_clones.h"
+
 namespace maxsimd {
 
 PlaidSearchParams DefaultPlaidSearchParams(int32_t top_k) {
@@ -28,11 +30,9 @@ namespace {
 
 // Q C^T: [lq, K], each cell an fp32 dot product over 16 independent
 // partial sums (which the compiler turns into SIMD lanes).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=haswell", "default")))
-#endif
-std::vector<float>
-CentroidScores(const PlaidCodec& codec, const float* query, int64_t lq) {
+MAXSIMD_TARGET_CLONES
+std::vector<float> CentroidScores(const PlaidCodec& codec, const float* query,
+                                  int64_t lq) {
   const int64_t k = codec.num_centroids;
   const int32_t dim = codec.dim;
   std::vector<float> out(static_cast<size_t>(lq * k));

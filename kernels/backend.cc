@@ -88,6 +88,49 @@ absl::Status ValidateSearchParams(const SearchParams& p,
   return absl::OkStatus();
 }
 
+absl::Status ValidateAssignNearestCentroids(absl::Span<const float> tokens,
+                                            absl::Span<const float> centroids,
+                                            int32_t dim,
+                                            absl::Span<const int64_t> codes) {
+  if (dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AssignNearestCentroids: dim is ", dim, ", must be at least 1"));
+  }
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "AssignNearestCentroids: tokens is empty (m = 0); nothing to assign");
+  }
+  if (centroids.empty()) {
+    return absl::InvalidArgumentError(
+        "AssignNearestCentroids: centroids is empty (k = 0); at least one "
+        "centroid is needed");
+  }
+  if (tokens.size() % dim != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AssignNearestCentroids: tokens has ", tokens.size(),
+                     " values, not a multiple of dim ", dim));
+  }
+  if (centroids.size() % dim != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AssignNearestCentroids: centroids has ", centroids.size(),
+                     " values, not a multiple of dim ", dim));
+  }
+  const size_t m = tokens.size() / dim;
+  if (codes.size() != m) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AssignNearestCentroids: codes has ", codes.size(),
+                     " entries for ", m, " tokens"));
+  }
+  // Centroid indices are int32 inside the kernels.
+  constexpr size_t kMaxCentroids = (size_t{1} << 31) - 1;
+  if (centroids.size() / dim > kMaxCentroids) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AssignNearestCentroids: ", centroids.size() / dim,
+                     " centroids, the limit is ", kMaxCentroids));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
                                int64_t bytes, int64_t budget) {
   return CheckBudget("Upload", "--corpus_budget_bytes", backend, held, bytes,

@@ -5,7 +5,9 @@
 //   score(q, d) = sum over query tokens s of max over doc tokens t of <q_s,
 //   d_t>
 //
-// with fp32 accumulation; a document with no tokens scores -inf.
+// with fp32 accumulation; a document with no tokens scores -inf. A backend
+// with the kernel also runs the assignment step of k-means for PLAID codec
+// training (AssignNearestCentroids).
 //
 // Ownership: the index owns segment data on the host and asks the backend to
 // make a resident copy of each array (Upload). The returned buffer owns that
@@ -249,7 +251,40 @@ class Backend {
 
   // GPU memory per device; empty for a backend without GPUs.
   virtual std::vector<DeviceMemory> Memory() const { return {}; }
+
+  // The assignment step of k-means (PLAID codec training, index/
+  // plaid_train.h), on this backend's accelerator: codes[i] = the index of
+  // the row of `centroids` [k, dim] with the largest dot product with row
+  // i of `tokens` [m, dim], the lowest index on a tie, where m =
+  // tokens.size() / dim and k = centroids.size() / dim. fp32, row-major,
+  // host memory; codes has m entries. Each dot product is the fp32 sum of
+  // the products in dimension order, every product and sum rounded
+  // separately (no fused multiply-add), so the codes equal the host's
+  // (AssignNearestCentroidsOnHost) bit for bit. Blocks until the codes are
+  // written. Errors: UNIMPLEMENTED where the backend has no such kernel
+  // (the default: the caller computes on the host); INVALID_ARGUMENT naming
+  // the field for dim < 1, no tokens, no centroids, a size that is not a
+  // multiple of dim, or codes of another length; RESOURCE_EXHAUSTED when
+  // the scratch memory does not fit; UNAVAILABLE after a device failure.
+  virtual absl::Status AssignNearestCentroids(
+      absl::Span<const float> /*tokens*/, absl::Span<const float> /*centroids*/,
+      int32_t /*dim*/, absl::Span<int64_t> /*codes*/) {
+    return absl::UnimplementedError(
+        "AssignNearestCentroids: this backend computes no k-means "
+        "assignment; compute it on the host");
+  }
+  // Whether AssignNearestCentroids is implemented. A trainer sizes its
+  // problem by it: on a GPU, ColBERT's centroid count over a larger
+  // sample costs seconds; on the host, minutes.
+  virtual bool AssignsNearestCentroids() const { return false; }
 };
+
+// Checks AssignNearestCentroids' arguments (see there): INVALID_ARGUMENT
+// naming the field and the limit. Shared by the backends that implement it.
+absl::Status ValidateAssignNearestCentroids(absl::Span<const float> tokens,
+                                            absl::Span<const float> centroids,
+                                            int32_t dim,
+                                            absl::Span<const int64_t> codes);
 
 // Checks a batch against the limits and the views' shapes, shared by every
 // backend. Names the field and the limit in the message.

@@ -4,6 +4,7 @@
 # code that calls the launchers.
 target_sources(maxsimd_kernels PRIVATE
   gpu_backend.cu
+  kmeans.cu
   maxsim_scan.cu
   maxsim_scan_fp16.cu
   maxsim_scan_bf16.cu

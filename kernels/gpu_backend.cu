@@ -20,6 +20,10 @@
 // tensor map per segment; the mma.sync kernels (maxsim_scan.h,
 // maxsim_gather.h) for every other width.
 //
+// AssignNearestCentroids() runs the k-means assignment of PLAID codec
+// training (kmeans.h) on its own two streams, with scratch allocated for
+// the call.
+//
 // Nothing here allocates on the request path; Upload() is the write path.
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -37,6 +41,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/element.h"
 #include "kernels/gpu_backend.h"
+#include "kernels/kmeans.h"
 #include "kernels/maxsim_gather.h"
 #include "kernels/maxsim_scan.h"
 #include "kernels/maxsim_tma.h"
@@ -61,6 +66,10 @@ constexpr int kStreamBuffers = 2;
 // Threads per worker packing a rerank's host-placed rows: one thread's
 // memcpy moves about 8 GB/s, a few keep up with the bus.
 constexpr int kPackThreads = 4;
+// AssignNearestCentroids copies tokens to the device in chunks of about
+// this many fp32 values (64 MB), two buffers in turn, so that the copy of
+// chunk i + 1 overlaps the kernel on chunk i.
+constexpr int64_t kAssignChunkValues = int64_t{1} << 24;
 
 size_t AlignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -333,9 +342,23 @@ class GpuBackendImpl final : public Backend {
     return dtype != DType::kInt8 && PlaidNbits(dtype) == 0;
   }
   std::vector<DeviceMemory> Memory() const override;
+  absl::Status AssignNearestCentroids(absl::Span<const float> tokens,
+                                      absl::Span<const float> centroids,
+                                      int32_t dim,
+                                      absl::Span<int64_t> codes) override;
+  bool AssignsNearestCentroids() const override { return true; }
 
  private:
   struct Plan;  // one request's host-side plan
+
+  // `bytes` of device memory counted with the corpus arrays (against
+  // corpus_budget_bytes) while the buffer lives. `what` names the caller
+  // in errors. REQUIRES: bytes > 0.
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> AllocateCounted(
+      size_t bytes, const char* what);
+  absl::Status RunAssign(absl::Span<const float> tokens,
+                         absl::Span<const float> centroids, int32_t dim,
+                         absl::Span<int64_t> codes);
 
   absl::Status InitWorker(Worker* w);
   int AcquireWorker();
@@ -539,30 +562,16 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
   }
   NvtxRange range("maxsimd.upload");
   DeviceGuard guard(options_.device);
-  // Check and allocation together, so concurrent uploads cannot both pass.
-  absl::MutexLock upload_lock(&upload_mu_);
-  MAXSIMD_RETURN_IF_ERROR(CheckCorpusBudget(name(), corpus_bytes_->load(),
-                                            static_cast<int64_t>(bytes),
-                                            options_.corpus_budget_bytes));
   if (bytes == 0) {
+    absl::MutexLock upload_lock(&upload_mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckCorpusBudget(name(), corpus_bytes_->load(), 0,
+                                              options_.corpus_budget_bytes));
     return std::unique_ptr<ResidentBuffer>(
         new DeviceBuffer(options_.device, nullptr, 0, corpus_bytes_));
   }
-  void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();  // not sticky: clear it
-    size_t free_bytes = 0, total_bytes = 0;
-    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "GpuBackend::Upload: ", bytes, " bytes do not fit on ", name(), " (",
-        free_bytes, " of ", total_bytes, " bytes free)"));
-  }
-  if (err != cudaSuccess) {
-    return Sticky(CudaErrorToStatus(err, "cudaMalloc", __FILE__, __LINE__));
-  }
-  auto buffer = std::make_unique<DeviceBuffer>(options_.device, ptr, bytes,
-                                               corpus_bytes_);
+  MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<ResidentBuffer> buffer,
+                           AllocateCounted(bytes, "Upload"));
+  void* ptr = const_cast<void*>(buffer->data());
   absl::Status st = [&]() -> absl::Status {
     MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(ptr, host, bytes, cudaMemcpyHostToDevice,
                                        upload_stream_));
@@ -570,7 +579,31 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Upload(
     return absl::OkStatus();
   }();
   if (!st.ok()) return Sticky(st);
-  return std::unique_ptr<ResidentBuffer>(std::move(buffer));
+  return buffer;
+}
+
+absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::AllocateCounted(
+    size_t bytes, const char* what) {
+  // Check and allocation together, so concurrent calls cannot both pass.
+  absl::MutexLock upload_lock(&upload_mu_);
+  MAXSIMD_RETURN_IF_ERROR(
+      CheckBudget(what, "--corpus_budget_bytes", name(), corpus_bytes_->load(),
+                  static_cast<int64_t>(bytes), options_.corpus_budget_bytes));
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GpuBackend::", what, ": ", bytes, " bytes do not fit on ", name(),
+        " (", free_bytes, " of ", total_bytes, " bytes free)"));
+  }
+  if (err != cudaSuccess) {
+    return Sticky(CudaErrorToStatus(err, "cudaMalloc", __FILE__, __LINE__));
+  }
+  return std::unique_ptr<ResidentBuffer>(
+      new DeviceBuffer(options_.device, ptr, bytes, corpus_bytes_));
 }
 
 absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Pin(
@@ -605,6 +638,127 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::Pin(
   }
   return std::unique_ptr<ResidentBuffer>(
       new PinnedBuffer(host, bytes, true, pinned_bytes_));
+}
+
+// The streams and events of one AssignNearestCentroids call. The
+// destructor waits for both streams before it destroys anything, so a
+// buffer declared before it outlives the work that uses it, on every path.
+struct AssignStreams {
+  cudaStream_t compute = nullptr, copy = nullptr;
+  // copied[b]: token buffer b filled; consumed[b]: its kernel done.
+  cudaEvent_t copied[2] = {}, consumed[2] = {};
+
+  absl::Status Init() {
+    MAXSIMD_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    MAXSIMD_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; ++b) {
+      MAXSIMD_CUDA_CHECK(
+          cudaEventCreateWithFlags(&copied[b], cudaEventDisableTiming));
+      MAXSIMD_CUDA_CHECK(
+          cudaEventCreateWithFlags(&consumed[b], cudaEventDisableTiming));
+    }
+    return absl::OkStatus();
+  }
+  ~AssignStreams() {
+    for (cudaStream_t s : {compute, copy}) {
+      if (s != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s));
+    }
+    for (cudaEvent_t e : {copied[0], copied[1], consumed[0], consumed[1]}) {
+      if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
+    }
+    for (cudaStream_t s : {compute, copy}) {
+      if (s != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(s));
+    }
+  }
+};
+
+absl::Status GpuBackendImpl::AssignNearestCentroids(
+    absl::Span<const float> tokens, absl::Span<const float> centroids,
+    int32_t dim, absl::Span<int64_t> codes) {
+  MAXSIMD_RETURN_IF_ERROR(
+      ValidateAssignNearestCentroids(tokens, centroids, dim, codes));
+  if (!healthy_.load()) {
+    return absl::UnavailableError(
+        "GpuBackend::AssignNearestCentroids: the device has failed");
+  }
+  NvtxRange range("maxsimd.kmeans_assign");
+  DeviceGuard guard(options_.device);
+  const absl::Status st = RunAssign(tokens, centroids, dim, codes);
+  if (!st.ok()) (void)cudaGetLastError();
+  return Sticky(st);
+}
+
+// Scratch: the centroids, two token buffers of `chunk` rows, the chunk's
+// codes and the kernel's workspace, in one allocation held for the call.
+absl::Status GpuBackendImpl::RunAssign(absl::Span<const float> tokens,
+                                       absl::Span<const float> centroids,
+                                       int32_t dim, absl::Span<int64_t> codes) {
+  const int64_t m = static_cast<int64_t>(tokens.size()) / dim;
+  const int64_t k = static_cast<int64_t>(centroids.size()) / dim;
+  const int64_t chunk =
+      std::min<int64_t>(m, std::max<int64_t>(kAssignChunkValues / dim, 128));
+  const int64_t chunks = (m + chunk - 1) / chunk;
+  const int64_t last = m - (chunks - 1) * chunk;
+  const size_t ws_bytes =
+      std::max(AssignNearestWorkspaceBytes(chunk, k, sm_count_),
+               AssignNearestWorkspaceBytes(last, k, sm_count_));
+  const size_t token_bytes = static_cast<size_t>(chunk) * dim * sizeof(float);
+  const size_t at_tokens = AlignUp(centroids.size() * sizeof(float));
+  const size_t at_codes = at_tokens + 2 * AlignUp(token_bytes);
+  const size_t at_ws = at_codes + AlignUp(chunk * sizeof(int64_t));
+  const size_t bytes = at_ws + ws_bytes;
+  MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<ResidentBuffer> scratch,
+                           AllocateCounted(bytes, "AssignNearestCentroids"));
+  char* base = static_cast<char*>(const_cast<void*>(scratch->data()));
+  float* const dev_centroids = reinterpret_cast<float*>(base);
+  float* const dev_tokens[2] = {
+      reinterpret_cast<float*>(base + at_tokens),
+      reinterpret_cast<float*>(base + at_tokens + AlignUp(token_bytes))};
+  int64_t* const dev_codes = reinterpret_cast<int64_t*>(base + at_codes);
+  void* const dev_ws = ws_bytes > 0 ? base + at_ws : nullptr;
+
+  AssignStreams s;  // after `scratch`: destroyed (and synchronised) first
+  MAXSIMD_RETURN_IF_ERROR(s.Init());
+  MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(dev_centroids, centroids.data(),
+                                     centroids.size() * sizeof(float),
+                                     cudaMemcpyHostToDevice, s.compute));
+  // The host arrays are pageable: a copy in returns once the driver has
+  // staged it, a copy out once it is done. So the host stages chunk c + 1
+  // while the kernel runs on chunk c, then waits for chunk c's codes.
+  auto copy_in = [&](int64_t c) -> absl::Status {
+    const int b = static_cast<int>(c % 2);
+    const int64_t rows = std::min(chunk, m - c * chunk);
+    MAXSIMD_CUDA_CHECK(cudaStreamWaitEvent(s.copy, s.consumed[b], 0));
+    MAXSIMD_CUDA_CHECK(
+        cudaMemcpyAsync(dev_tokens[b], tokens.data() + c * chunk * dim,
+                        static_cast<size_t>(rows) * dim * sizeof(float),
+                        cudaMemcpyHostToDevice, s.copy));
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(s.copied[b], s.copy));
+    return absl::OkStatus();
+  };
+  MAXSIMD_RETURN_IF_ERROR(copy_in(0));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int b = static_cast<int>(c % 2);
+    const int64_t rows = std::min(chunk, m - c * chunk);
+    MAXSIMD_CUDA_CHECK(cudaStreamWaitEvent(s.compute, s.copied[b], 0));
+    AssignNearestParams p;
+    p.tokens = dev_tokens[b];
+    p.num_tokens = rows;
+    p.centroids = dev_centroids;
+    p.num_centroids = k;
+    p.dim = dim;
+    p.codes = dev_codes;
+    MAXSIMD_RETURN_IF_ERROR(
+        LaunchAssignNearest(p, dev_ws, ws_bytes, sm_count_, s.compute));
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(s.consumed[b], s.compute));
+    if (c + 1 < chunks) MAXSIMD_RETURN_IF_ERROR(copy_in(c + 1));
+    MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(codes.data() + c * chunk, dev_codes,
+                                       rows * sizeof(int64_t),
+                                       cudaMemcpyDeviceToHost, s.compute));
+  }
+  MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(s.compute));
+  return absl::OkStatus();
 }
 
 absl::Status GpuBackendImpl::Search(const SearchParams& params,

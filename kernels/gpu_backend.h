@@ -10,6 +10,12 @@
 // allocates nothing. Buffers returned by Upload() own device memory, those
 // returned by Pin() own the page lock of the caller's host memory; neither
 // may outlive a backend call in flight that reads it.
+// AssignNearestCentroids() (k-means for PLAID codec training, not a
+// request path) allocates its scratch for the call: the centroids, two
+// 64 MB token buffers that it fills in turn, and the codes; the scratch
+// counts with the corpus arrays against corpus_budget_bytes while it
+// lives, and is freed before the call returns. It runs on two streams of
+// its own, so searches keep their worker slots meanwhile.
 //
 // Thread-safety: as Backend. Each Search() holds one worker slot for its
 // duration; with all slots busy a caller waits for one. A CUDA error that

@@ -12,6 +12,7 @@
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 #include "kernels/status_macros.h"
+#include "kernels/target_clones.h"
 #include "kernels/topk_cpu.h"
 
 namespace maxsimd {
@@ -54,9 +55,7 @@ class HostBuffer final : public ResidentBuffer {
 // into SIMD lanes without reassociating a single sum. With `doc_scales`
 // (int8 documents decoded to their codes) cell (s, t) is
 // doc_scales[t] * dot, else the dot itself.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=haswell", "default")))
-#endif
+MAXSIMD_TARGET_CLONES
 float MaxSimAgainstDoc(const float* query, int64_t lq, const float* doc,
                        const float* doc_scales, int64_t ld, int32_t dim,
                        float* row_max) {
@@ -91,9 +90,7 @@ constexpr int32_t kMaxInt8Dim = 1 << 17;
 // MaxSim of `lq` quantised query rows against `ld` int8 document rows:
 // cell (s, t) = query_scales[s] * (doc_scales[t] * float(int32 dot)), the
 // dot exact in int32 (dim <= kMaxInt8Dim).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=haswell", "default")))
-#endif
+MAXSIMD_TARGET_CLONES
 float MaxSimInt8AgainstDoc(const int8_t* query, const float* query_scales,
                            int64_t lq, const int8_t* doc,
                            const float* doc_scales, int64_t ld, int32_t dim,

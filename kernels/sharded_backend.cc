@@ -160,6 +160,16 @@ int ShardedBackend::num_shards() const {
 
 Backend* ShardedBackend::shard(int i) { return shards_[i].get(); }
 
+absl::Status ShardedBackend::AssignNearestCentroids(
+    absl::Span<const float> tokens, absl::Span<const float> centroids,
+    int32_t dim, absl::Span<int64_t> codes) {
+  return shards_[0]->AssignNearestCentroids(tokens, centroids, dim, codes);
+}
+
+bool ShardedBackend::AssignsNearestCentroids() const {
+  return shards_[0]->AssignsNearestCentroids();
+}
+
 std::vector<DeviceMemory> ShardedBackend::Memory() const {
   std::map<int, DeviceMemory> by_device;
   for (const auto& s : shards_) {

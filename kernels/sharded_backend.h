@@ -14,8 +14,9 @@
 // workspace, so the copies of one batch overlap the kernels of another. The
 // calling thread runs one shard's part itself and waits for the others.
 //
-// Ownership: owns the children. Upload() and Pin() go to shard 0; a corpus
-// places each segment on a shard by uploading through shard(i).
+// Ownership: owns the children. Upload(), Pin() and AssignNearestCentroids()
+// go to shard 0; a corpus places each segment on a shard by uploading
+// through shard(i).
 //
 // Thread-safety: as Backend.
 #ifndef MAXSIMD_KERNELS_SHARDED_BACKEND_H_
@@ -56,6 +57,12 @@ class ShardedBackend final : public Backend {
   // One entry per device: shards on one GPU add up their corpus and
   // workspace bytes.
   std::vector<DeviceMemory> Memory() const override;
+  // Shard 0's: training runs on one device, whatever the shards.
+  absl::Status AssignNearestCentroids(absl::Span<const float> tokens,
+                                      absl::Span<const float> centroids,
+                                      int32_t dim,
+                                      absl::Span<int64_t> codes) override;
+  bool AssignsNearestCentroids() const override;
 
  private:
   class Executor;  // the threads of one shard

@@ -2,7 +2,10 @@
 // first append and reused, searches against the reference, persistence of
 // the codec, codes and scales, compaction, imports kept compressed, and the
 // bad inputs (wrong nbits, centroid count mismatch, codes out of range,
-// mixed codecs), each refused by name with the corpus unchanged.
+// mixed codecs), each refused by name with the corpus unchanged. On a
+// backend with a k-means kernel the codec is trained and the rows
+// compressed through it, and an UNIMPLEMENTED answer leaves the work to the
+// host with the same result.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,10 +16,12 @@
 #include "index/corpus.h"
 #include "index/plaid.h"
 #include "index/plaid_search.h"
+#include "index/plaid_train.h"
 #include "index/storage.h"
 #include "index/synthetic.h"
 #include "kernels/maxsim_cpu.h"
 #include "kernels/maxsim_reference.h"
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
 
@@ -333,6 +338,73 @@ TEST_F(PlaidCorpusTest, TooManyCentroidsForTheFirstAppendIsRefused) {
                        HasSubstr("plaid_centroids: training the codec")));
   EXPECT_EQ(corpus->Snapshot()->live_docs(), 0);
   EXPECT_EQ(corpus->Snapshot()->codec(), nullptr);
+}
+
+// A CPU backend that offers a k-means kernel (the host's assignment,
+// counted), or answers `status` from it: what a GPU backend offers a PLAID
+// corpus.
+class KMeansBackend final : public ::maxsimd::testing::ForwardingBackend {
+ public:
+  explicit KMeansBackend(absl::Status status = absl::OkStatus())
+      : ForwardingBackend(std::unique_ptr<Backend>(
+            CpuBackend::Create(CpuBackendOptions()).value())),
+        status_(std::move(status)) {}
+  absl::Status AssignNearestCentroids(absl::Span<const float> tokens,
+                                      absl::Span<const float> centroids,
+                                      int32_t dim,
+                                      absl::Span<int64_t> codes) override {
+    ++calls;
+    if (!status_.ok()) return status_;
+    AssignNearestCentroidsOnHost(tokens.data(), tokens.size() / dim, dim,
+                                 centroids.data(), centroids.size() / dim,
+                                 codes.data(), 2);
+    return absl::OkStatus();
+  }
+  bool AssignsNearestCentroids() const override { return true; }
+  // The CPU backend's: every dtype.
+  bool SupportsDType(DType, int32_t) const override { return true; }
+  int calls = 0;
+
+ private:
+  absl::Status status_;
+};
+
+TEST_F(PlaidCorpusTest, TrainsAndCompressesThroughTheBackendsKMeans) {
+  const SyntheticCorpus a = Corpus(300, 1);
+  KMeansBackend kmeans;
+  auto corpus = maxsimd::Corpus::Create(config_, limits_, &kmeans).value();
+  ASSERT_THAT(corpus->Append(Docs(a, "a")), IsOk());
+  // 20 iterations, the final assignment, one compressed chunk.
+  EXPECT_EQ(kmeans.calls, PlaidTrainOptions().iterations + 2);
+  auto snap = corpus->Snapshot();
+  ASSERT_NE(snap->codec(), nullptr);
+  const int64_t tokens = a.cu_seqlens.back();
+  EXPECT_LE(snap->codec()->codec().num_centroids, tokens / 32);
+  ExpectScanMatchesReference(*snap, a, 12);
+
+  // Without the kernel after all: the host does the same work, with the
+  // same options, so the codec and the rows are the same.
+  KMeansBackend refusing(absl::UnimplementedError("no kernel"));
+  auto host = maxsimd::Corpus::Create(config_, limits_, &refusing).value();
+  ASSERT_THAT(host->Append(Docs(a, "a")), IsOk());
+  EXPECT_EQ(refusing.calls, 2);  // asked once by training, once by compression
+  auto host_snap = host->Snapshot();
+  ASSERT_NE(host_snap->codec(), nullptr);
+  EXPECT_TRUE(
+      SamePlaidCodec(host_snap->codec()->codec(), snap->codec()->codec()));
+  EXPECT_EQ(host_snap->segments()[0]->data().codes,
+            snap->segments()[0]->data().codes);
+  EXPECT_EQ(host_snap->segments()[0]->data().tokens,
+            snap->segments()[0]->data().tokens);
+
+  // Any other error fails the append and leaves the corpus empty.
+  KMeansBackend failing(absl::UnavailableError("the device has failed"));
+  auto failed = maxsimd::Corpus::Create(config_, limits_, &failing).value();
+  EXPECT_THAT(failed->Append(Docs(a, "a")),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("the device has failed")));
+  EXPECT_EQ(failed->Snapshot()->live_docs(), 0);
+  EXPECT_EQ(failed->Snapshot()->codec(), nullptr);
 }
 
 TEST(PlaidSearchParamsTest, DefaultsFollowColbertByK) {

@@ -5,3 +5,9 @@ foreach(_gpu_test maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
   maxsimd_add_test(NAME ${_gpu_test} SOURCES ${_gpu_test}.cc
                    LIBS maxsimd_kernels LABELS gpu)
 endforeach()
+# The k-means assignment against the host trainer's (index/plaid_train.h),
+# with the host's arithmetic: no fused multiply-add in the test's own dot
+# products either.
+maxsimd_add_test(NAME gpu_kmeans_test SOURCES gpu_kmeans_test.cc
+                 LIBS maxsimd_kernels maxsimd_index LABELS gpu)
+target_compile_options(gpu_kmeans_test PRIVATE -ffp-contract=off)
