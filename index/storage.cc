@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <thread>
 #include <utility>
@@ -404,7 +405,9 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
     return meta.Malformed(absl::StrCat("has dim ", data.dim, ", ", docs,
                                        " documents, ", tokens, " tokens"));
   }
-  if (b[1].size() != static_cast<size_t>(docs + 1) * sizeof(int64_t)) {
+  // Divided, not multiplied: a huge count must not wrap to the block's size.
+  if (b[1].size() % sizeof(int64_t) != 0 ||
+      b[1].size() / sizeof(int64_t) != static_cast<uint64_t>(docs) + 1) {
     return Cursor(b[1], name, Tag("offs"))
         .Malformed(absl::StrCat("has ", b[1].size(), " bytes for ", docs,
                                 " documents"));
@@ -439,10 +442,12 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
     return meta.Malformed(absl::StrCat("has dim ", data.dim, " and nbits ",
                                        nbits, ", not whole bytes per row"));
   }
-  const uint64_t want =
-      static_cast<uint64_t>(tokens) *
+  const uint64_t row_bytes =
       static_cast<uint64_t>(TokenRowBytes(data.dtype, data.dim));
-  if (b[3].size() != want) {
+  const uint64_t want = static_cast<uint64_t>(tokens) * row_bytes;
+  // As for 'offs': tokens x row_bytes may wrap, so check by division.
+  if (b[3].size() % row_bytes != 0 ||
+      b[3].size() / row_bytes != static_cast<uint64_t>(tokens)) {
     return Cursor(b[3], name, Tag("toks"))
         .Malformed(absl::StrCat("has ", b[3].size(), " bytes; ", tokens,
                                 " tokens of dim ", data.dim, " need ", want));
@@ -663,7 +668,9 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
     MAXSIMD_ASSIGN_OR_RETURN(s.base_index, segs.Get<int64_t>());
     MAXSIMD_ASSIGN_OR_RETURN(s.num_docs, segs.Get<int64_t>());
     MAXSIMD_ASSIGN_OR_RETURN(s.shard, segs.Get<int32_t>());
+    // base_index >= min_base >= 0 when the sum is checked: it cannot wrap.
     if (s.file.empty() || s.base_index < min_base || s.num_docs < 0 ||
+        s.num_docs > std::numeric_limits<int64_t>::max() - s.base_index ||
         s.shard < 0 || absl::StrContains(s.file, "/") ||
         absl::StrContains(s.tombstones, "/")) {
       return segs.Malformed(absl::StrCat("has a bad entry for segment ", i));

@@ -10,6 +10,7 @@ PACKAGES=(cmake ninja-build g++ pkg-config
   grpc-proto libabsl-dev libspdlog-dev prometheus-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format curl
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
   yamllint prometheus
   python3-numpy python3-grpcio python3-protobuf python3-grpc-tools openssl)
 

@@ -32,3 +32,11 @@ echo "== build"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "== test"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
+
+# A short run of every libFuzzer target (tests/fuzz), built with clang-14 in
+# a build directory of its own; it replays the seed corpus and its crash
+# reproducers first. scripts/fuzz.sh with no argument is the 10-minute run.
+FUZZ_SMOKE_SECONDS="${FUZZ_SMOKE_SECONDS:-20}"
+echo "== fuzz smoke (${FUZZ_SMOKE_SECONDS} s per target, 2 at a time)"
+BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}" FUZZ_PARALLEL=2 JOBS="$JOBS" \
+  bash "$ROOT/scripts/fuzz.sh" "$FUZZ_SMOKE_SECONDS"

@@ -269,6 +269,79 @@ TEST_F(StorageTest, WrongMagicKindVersionAndTrailingBytesAreNamed) {
                        HasSubstr("is for 33 documents; the segment has 40")));
 }
 
+// A file of FORMAT.md `kind` holding these (tag, payload) blocks, with valid
+// CRCs: for payloads that no encoder writes.
+std::string FramedFile(
+    uint32_t kind,
+    const std::vector<std::pair<std::string, std::string>>& blocks) {
+  auto crc = [](absl::string_view b) {
+    return static_cast<uint32_t>(crc32(0,
+                                       reinterpret_cast<const Bytef*>(b.data()),
+                                       static_cast<uInt>(b.size())));
+  };
+  std::string f("MAXSIMD\0", 8);
+  auto put = [&f](auto v) {
+    f.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  put(kind);
+  put(uint32_t{1});
+  for (const auto& [tag, payload] : blocks) {
+    const size_t start = f.size();
+    f += tag;
+    put(static_cast<uint64_t>(payload.size()));
+    f += payload;
+    put(crc(absl::string_view(f).substr(start)));
+  }
+  put(0xffffffffu);
+  put(crc(f));
+  return f;
+}
+
+template <typename... T>
+std::string Packed(T... v) {
+  std::string out;
+  (out.append(reinterpret_cast<const char*>(&v), sizeof(v)), ...);
+  return out;
+}
+
+// Found by tests/fuzz (storage): counts in 'meta' so large that count x
+// element size wraps to the size of the block that follows. They must be
+// DATA_LOSS, not an allocation of 2^61 offsets or a segment whose offsets
+// run far past its (empty) tokens.
+TEST_F(StorageTest, SegmentCountsThatWrapABlockSizeAreDataLoss) {
+  const std::string huge_docs = FramedFile(
+      1, {{"meta",
+           Packed(int32_t{4}, uint32_t{1}, (int64_t{1} << 61) - 1, int64_t{0})},
+          {"offs", ""},
+          {"ids ", ""},
+          {"toks", ""}});
+  EXPECT_THAT(DecodeSegmentFile(huge_docs, "seg-1.msd"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("block 'offs' has 0 bytes")));
+  // 2^62 float16 tokens of dim 4: 2^65 bytes, 0 modulo 2^64.
+  const int64_t tokens = int64_t{1} << 62;
+  const std::string huge_tokens = FramedFile(
+      1, {{"meta", Packed(int32_t{4}, uint32_t{1}, int64_t{1}, tokens)},
+          {"offs", Packed(int64_t{0}, tokens)},
+          {"ids ", Packed(uint32_t{1}) + "a"},
+          {"toks", ""}});
+  EXPECT_THAT(DecodeSegmentFile(huge_tokens, "seg-1.msd"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("block 'toks' has 0 bytes")));
+}
+
+// Found by tests/fuzz (storage): a segment entry whose first index plus
+// documents overflows int64.
+TEST_F(StorageTest, ManifestSegmentRangesThatOverflowAreDataLoss) {
+  Manifest m;
+  m.config = config_;
+  m.segments = {
+      {"seg-1.msd", "", std::numeric_limits<int64_t>::max() - 5, 10, 0}};
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m), "MANIFEST"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("bad entry for segment 0")));
+}
+
 // ---------------------------------------------------------------------------
 // CorpusStore and Corpus
 

@@ -2,6 +2,7 @@
 // that names the field.
 #include "server/request_decoder.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -224,6 +225,27 @@ TEST_F(RequestDecoderTest, NormalizesQueriesForNormalizedCorpora) {
   auto q = DecodeQuery(Request(1), *corpus->Snapshot(), limits_, "");
   ASSERT_THAT(q, IsOk());
   for (float v : q->tokens) EXPECT_FLOAT_EQ(v, 0.5f);
+}
+
+// Found by tests/fuzz (request): a query row of subnormal values has a norm
+// whose inverse is past the float range; it must still normalise to a unit
+// row, not to Inf and NaN.
+TEST_F(RequestDecoderTest, NormalizesSubnormalQueryRowsToFiniteUnitRows) {
+  CorpusConfig c;
+  c.name = "n";
+  c.dim = 4;
+  c.normalize = true;
+  auto corpus = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+  v1::RerankRequest r = Request(1);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> v = {tiny, 0.f, -tiny, 0.f};
+  r.mutable_query()->set_data(v.data(), v.size() * sizeof(float));
+  auto q = DecodeQuery(r, *corpus->Snapshot(), limits_, "");
+  ASSERT_THAT(q, IsOk());
+  EXPECT_FLOAT_EQ(q->tokens[0], std::sqrt(0.5f));
+  EXPECT_EQ(q->tokens[1], 0.f);
+  EXPECT_FLOAT_EQ(q->tokens[2], -std::sqrt(0.5f));
+  EXPECT_EQ(q->tokens[3], 0.f);
 }
 
 }  // namespace
