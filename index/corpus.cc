@@ -413,8 +413,7 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
       norm2 += static_cast<double>(row[j]) * row[j];
     }
     if (config_.normalize && norm2 > 0.0) {
-      const float inv = static_cast<float>(1.0 / std::sqrt(norm2));
-      for (float& v : row) v *= inv;
+      ScaleToUnitNorm(row.data(), dim, norm2);
     }
     for (int32_t j = 0; j < dim; ++j) {
       if (std::fabs(row[j]) > max_finite) {

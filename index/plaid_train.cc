@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "kernels/element.h"
 #include "kernels/thread_pool.h"
 
 namespace maxsimd {
@@ -82,9 +83,7 @@ class Assigner {
 void Normalize(float* x, int32_t dim) {
   double norm = 0.0;
   for (int32_t d = 0; d < dim; ++d) norm += double{x[d]} * x[d];
-  if (norm <= 0.0) return;
-  const float inv = static_cast<float>(1.0 / std::sqrt(norm));
-  for (int32_t d = 0; d < dim; ++d) x[d] *= inv;
+  if (norm > 0.0) ScaleToUnitNorm(x, dim, norm);
 }
 
 // The q-quantile of sorted values, by linear interpolation between order

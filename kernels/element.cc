@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace maxsimd {
 
@@ -57,6 +58,16 @@ void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
     default:  // PLAID rows decode whole (kernels/plaid_bits.h)
       break;
   }
+}
+
+void ScaleToUnitNorm(float* row, int64_t n, double norm2) {
+  const double inv = 1.0 / std::sqrt(norm2);
+  if (inv <= std::numeric_limits<float>::max()) {
+    const float inv_f = static_cast<float>(inv);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv_f;
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) row[j] = static_cast<float>(row[j] * inv);
 }
 
 void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out) {

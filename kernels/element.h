@@ -44,6 +44,12 @@ void ConvertToFloat(const void* base, DType dtype, int64_t first, int64_t n,
 // clamped to [-127, 127], with no scale.
 void ConvertFromFloat(const float* in, int64_t n, DType dtype, void* out);
 
+// Scales row[0, n) to unit L2 norm, given norm2 > 0, the sum of its squares
+// (in double). Rows of normal values are scaled by 1 / norm in float; a row
+// of subnormal values, whose 1 / norm is past the float range (scaling by
+// it in float would make the row Inf and NaN), is scaled in double.
+void ScaleToUnitNorm(float* row, int64_t n, double norm2);
+
 }  // namespace maxsimd
 
 #endif  // MAXSIMD_KERNELS_ELEMENT_H_

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -158,17 +157,7 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
       norm2 += static_cast<double>(row[j]) * row[j];
     }
     if (config.normalize && norm2 > 0.0) {
-      const double inv = 1.0 / std::sqrt(norm2);
-      if (inv <= std::numeric_limits<float>::max()) {
-        const float inv_f = static_cast<float>(inv);
-        for (int32_t j = 0; j < config.dim; ++j) row[j] *= inv_f;
-      } else {
-        // A row of subnormal values: 1 / norm is past the float range, and
-        // scaling by it in float would make the row Inf and NaN.
-        for (int32_t j = 0; j < config.dim; ++j) {
-          row[j] = static_cast<float>(row[j] * inv);
-        }
-      }
+      ScaleToUnitNorm(row, config.dim, norm2);
     }
     for (int32_t j = 0; fp16_queries && j < config.dim; ++j) {
       if (std::fabs(row[j]) > kMaxFloat16) {

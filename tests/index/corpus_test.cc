@@ -182,6 +182,24 @@ TEST_F(CorpusTest, NormalizeStoresUnitRows) {
   EXPECT_NEAR(back[2], 0.8f, 1e-3);
 }
 
+// A row of subnormal values: 1 / norm is past the float range, and the row
+// must still be stored as a unit row (it was refused as "outside the range"
+// when the scaling overflowed to Inf).
+TEST_F(CorpusTest, NormalizeStoresSubnormalRowsAsUnitRows) {
+  config_.normalize = true;
+  DocumentBuilder b(config_, limits_);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> row{tiny, 0.f, -tiny, 0.f};
+  ASSERT_THAT(b.Add({"x"}, {1}, row.data(), 1, DType::kFloat32, "m"), IsOk());
+  SegmentData d = b.Take();
+  std::vector<float> back(4);
+  ConvertToFloat(d.tokens.data(), d.dtype, 0, 4, back.data());
+  EXPECT_NEAR(back[0], std::sqrt(0.5f), 1e-3);
+  EXPECT_EQ(back[1], 0.f);
+  EXPECT_NEAR(back[2], -std::sqrt(0.5f), 1e-3);
+  EXPECT_EQ(back[3], 0.f);
+}
+
 TEST(CorpusConfigTest, ValidatesNameDimLayoutAndDtype) {
   CorpusLimits limits;
   CorpusConfig c;
