@@ -27,12 +27,12 @@
 namespace maxsimd {
 namespace {
 
-using ::maxsimd::testing::MakeTestCerts;
 using ::maxsimd::testing::ReadTestFile;
 using ::maxsimd::testing::RunCommand;
 using ::maxsimd::testing::ServerBinary;
 using ::maxsimd::testing::ServerProcess;
 using ::maxsimd::testing::TestCerts;
+using ::maxsimd::testing::WithTestCerts;
 using ::maxsimd::testing::WriteTestFile;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -267,18 +267,8 @@ class TlsServer {
   bool serving_ = false;
 };
 
-class TlsSecurityTest : public SecurityTest {
+class TlsSecurityTest : public WithTestCerts<TlsSecurityTest, SecurityTest> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<TestCerts> certs = MakeTestCerts();
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new TestCerts(*std::move(certs));
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(certs_->dir);
-    delete certs_;
-    certs_ = nullptr;
-  }
   // maxsimctl's flags for TLS with the client certificate `name` ("admin",
   // "query", "rogue"; "" = none).
   static std::string TlsFlags(const std::string& name) {
@@ -289,7 +279,6 @@ class TlsSecurityTest : public SecurityTest {
     }
     return flags;
   }
-  static inline TestCerts* certs_ = nullptr;
 };
 
 TEST_F(TlsSecurityTest, MaxsimctlAndHealthOverMutualTls) {

@@ -32,10 +32,9 @@
 namespace maxsimd {
 namespace {
 
-using ::maxsimd::testing::MakeTestCerts;
 using ::maxsimd::testing::ReadTestFile;
 using ::maxsimd::testing::StatusIs;
-using ::maxsimd::testing::TestCerts;
+using ::maxsimd::testing::WithTestCerts;
 using ::maxsimd::testing::WriteTestFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -159,22 +158,8 @@ TEST(ReadTokenFileTest, BadTokensNameTheLineButNotTheToken) {
 // ---------------------------------------------------------------------------
 // TLS files
 
-class MakeServerCredentialsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<TestCerts> certs = MakeTestCerts();
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new TestCerts(*std::move(certs));
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(certs_->dir, ignored);
-    delete certs_;
-    certs_ = nullptr;
-  }
-  static TestCerts* certs_;
-};
-TestCerts* MakeServerCredentialsTest::certs_ = nullptr;
+class MakeServerCredentialsTest
+    : public WithTestCerts<MakeServerCredentialsTest> {};
 
 TEST_F(MakeServerCredentialsTest, NoFilesIsPlaintext) {
   MAXSIMD_EXPECT_OK(MakeServerCredentials(TlsOptions()));
@@ -811,20 +796,8 @@ TEST(AuthServerStartTest, BadTokenFileFailsStartNamingTheFlag) {
 // ---------------------------------------------------------------------------
 // TLS and mutual TLS
 
-class TlsServerTest : public ::testing::Test {
+class TlsServerTest : public WithTestCerts<TlsServerTest> {
  protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<TestCerts> certs = MakeTestCerts();
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new TestCerts(*std::move(certs));
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    std::filesystem::remove_all(certs_->dir, ignored);
-    delete certs_;
-    certs_ = nullptr;
-  }
-
   // A server with TLS, and with `client_ca` mutual TLS.
   std::unique_ptr<MaxsimServer> Start(
       bool mutual, std::vector<std::string> admin_client_names = {}) {
@@ -854,10 +827,7 @@ class TlsServerTest : public ::testing::Test {
     }
     return Client::Create(o).value();
   }
-
-  static TestCerts* certs_;
 };
-TestCerts* TlsServerTest::certs_ = nullptr;
 
 TEST_F(TlsServerTest, TlsRoundTrip) {
   std::unique_ptr<MaxsimServer> server = Start(/*mutual=*/false);

@@ -9,9 +9,13 @@
 #ifndef MAXSIMD_TESTS_SERVER_TEST_CERTS_H_
 #define MAXSIMD_TESTS_SERVER_TEST_CERTS_H_
 
+#include <filesystem>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 
 namespace maxsimd::testing {
 
@@ -31,6 +35,27 @@ struct TestCerts {
 // Makes the certificates in a new directory under $TMPDIR (or /tmp);
 // INTERNAL with openssl's output when a command fails.
 absl::StatusOr<TestCerts> MakeTestCerts();
+
+// A fixture whose suite shares one set of certificates, certs_: made before
+// its first test, removed after its last. Derived: the fixture itself (each
+// suite has its own certs_); Base: the fixture it extends.
+template <typename Derived, typename Base = ::testing::Test>
+class WithTestCerts : public Base {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<TestCerts> certs = MakeTestCerts();
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = new TestCerts(*std::move(certs));
+  }
+  static void TearDownTestSuite() {
+    if (certs_ == nullptr) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(certs_->dir, ignored);
+    delete certs_;
+    certs_ = nullptr;
+  }
+  static inline TestCerts* certs_ = nullptr;
+};
 
 // The contents of a file; "" when it cannot be read.
 std::string ReadTestFile(const std::string& path);
