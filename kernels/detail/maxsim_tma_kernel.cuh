@@ -444,10 +444,8 @@ struct TmaBlock {
     TmaChunkHeader* h = &hdr[c % S::kHeaders];
     uint8_t* stage = dsm + s * S::kStageBytes;
     if (gather ? cur.r >= cur.r1 : cur.j >= cur.j1) {
-      if (lane == 0) {
-        h->nseg = -1;
-        MbarArrive(&full[s]);
-      }
+      if (lane == 0) h->nseg = -1;
+      MbarArrive(&full[s]);  // every lane: see the barriers' counts
       return true;
     }
     int nseg = 0;
@@ -567,6 +565,8 @@ struct TmaBlock {
       // After the copies: the barrier's transaction count may go negative
       // meanwhile; the phase cannot complete before this arrival.
       MbarArriveExpectTx(&full[s], bytes);
+    } else {
+      MbarArrive(&full[s]);
     }
     return false;
   }
@@ -664,7 +664,7 @@ struct TmaBlock {
       }
       const uint8_t* stage = dsm + s * S::kStageBytes;
       if (nw == 0) {
-        if (lane == 0) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
+        MbarArrive(kWidened ? &wempty[s] : &empty[s]);
       } else if constexpr (kSplit) {
         ChunkSplit(c, s, stage, h, wg, nw);
       } else {
@@ -707,11 +707,11 @@ struct TmaBlock {
     return slot;
   }
 
-  // Lane 0 of each warp: query tile `slot` is read (streamed tiles), and
-  // after the last tile the chunk's stage is too.
+  // Query tile `slot` is read (streamed tiles; lane 0 of each warp: only
+  // the copy engine and the MMAs touch tiles), and after the last tile the
+  // chunk's stage is too (every lane: it read the chunk's header).
   __device__ __forceinline__ void Release(int slot, bool last_tile, int s) {
-    if ((threadIdx.x & 31) != 0) return;
-    if (!resident) MbarArrive(&qempty[slot]);
+    if (!resident && (threadIdx.x & 31) == 0) MbarArrive(&qempty[slot]);
     if (last_tile) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
   }
 
@@ -736,7 +736,6 @@ struct TmaBlock {
   // chunk, widens the chunk into it (Widen), then releases stage s and
   // tells the consumers. The end marker is passed on as it is.
   __device__ void WidenAll() {
-    const int lane = threadIdx.x & 31;
     for (int64_t c = 0;; ++c) {
       const int s = static_cast<int>(c % S::kStages);
       MbarWait(&full[s], (c / S::kStages) & 1);
@@ -753,11 +752,8 @@ struct TmaBlock {
         }
       }
       FenceProxyAsync();
-      __syncwarp();
-      if (lane == 0) {
-        if (!end) MbarArrive(&empty[s]);
-        MbarArrive(&wfull[w]);
-      }
+      if (!end) MbarArrive(&empty[s]);
+      MbarArrive(&wfull[w]);
       if (end) break;
     }
   }
@@ -1032,21 +1028,27 @@ struct TmaBlock {
   __device__ __forceinline__ void Finish(const TmaSeg& sg, int si, float m0,
                                          float m1, int row, int rb, float qs0,
                                          float qs1) {
+    // Only the first lane of a quad reads and writes the row's carry (a
+    // predicated load and store, no branch), so no two lanes touch one
+    // address between barriers; the quad max then spreads the carry.
+    const bool quad_lead = (threadIdx.x & 3) == 0;
+    if ((sg.flags & kSegStarts) == 0 && quad_lead) {
+      m0 = fmaxf(m0, carry_in[row]);
+      m1 = fmaxf(m1, carry_in[row + 8]);
+    }
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
     m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
     m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
     m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-    if ((sg.flags & kSegStarts) == 0) {
-      m0 = fmaxf(m0, carry_in[row]);
-      m1 = fmaxf(m1, carry_in[row + 8]);
-    }
-    // Every lane of a quad holds the same maxima, and the butterfly leaves
-    // the same sum in every lane, so all lanes store (same address, same
-    // value): no lane-divergent branch while an MMA is in flight, which
-    // would make the compiler serialize the wgmmas.
+    // Every lane of a quad now holds the same maxima, and the butterfly
+    // leaves the same sum in every lane, so all lanes store the sum (same
+    // address, same value): no lane-divergent branch while an MMA is in
+    // flight, which would make the compiler serialize the wgmmas.
     if ((sg.flags & kSegEnds) == 0) {
-      carry_out[row] = m0;
-      carry_out[row + 8] = m1;
+      if (quad_lead) {
+        carry_out[row] = m0;
+        carry_out[row + 8] = m1;
+      }
     } else if ((sg.flags & kSegSkip) == 0) {
       if constexpr (kQScaled) {
         m0 *= qs0;
@@ -1356,14 +1358,19 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
         p.bucket_weights, reinterpret_cast<uint16_t*>(smem + S::kLutOff));
   }
   if (threadIdx.x == 0) {
+    // Barriers that order generic shared-memory accesses (headers, scales,
+    // widened stages) count every lane of the warps that arrive: each
+    // thread that wrote or read the data arrives itself, rather than lane 0
+    // after a __syncwarp. The two are equivalent under the memory model,
+    // but a race checker follows only a thread's own arrival.
     for (int i = 0; i < S::kStages; ++i) {
-      MbarInit(&b.full[i], 1);
-      MbarInit(&b.empty[i], S::kWidened ? S::kWideners / 32 : 4 * kWG);
+      MbarInit(&b.full[i], 32);
+      MbarInit(&b.empty[i], S::kWidened ? S::kWideners : S::kConsumers);
     }
     if constexpr (S::kWidened) {
       for (int i = 0; i < S::kWide; ++i) {
-        MbarInit(&b.wfull[i], S::kWideners / 32);
-        MbarInit(&b.wempty[i], 4 * kWG);
+        MbarInit(&b.wfull[i], S::kWideners);
+        MbarInit(&b.wempty[i], S::kConsumers);
       }
     }
     for (int i = 0; i < kWG * S::kQStages; ++i) {
