@@ -40,3 +40,14 @@ FUZZ_SMOKE_SECONDS="${FUZZ_SMOKE_SECONDS:-20}"
 echo "== fuzz smoke (${FUZZ_SMOKE_SECONDS} s per target, 2 at a time)"
 BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}" FUZZ_PARALLEL=2 JOBS="$JOBS" \
   bash "$ROOT/scripts/fuzz.sh" "$FUZZ_SMOKE_SECONDS"
+
+# The CPU suite again under AddressSanitizer and UndefinedBehaviorSanitizer,
+# then the scheduler and index concurrency tests under ThreadSanitizer, each
+# in a build directory of its own (tests/sanitizers/README.md).
+# SKIP_SANITIZERS=1 leaves both out, for a quicker local run.
+if [[ -z ${SKIP_SANITIZERS:-} ]]; then
+  BUILD_DIR="${ASAN_BUILD_DIR:-$ROOT/build-asan}" JOBS="$JOBS" \
+    bash "$ROOT/scripts/sanitize.sh"
+  BUILD_DIR="${TSAN_BUILD_DIR:-$ROOT/build-tsan}" JOBS="$JOBS" \
+    bash "$ROOT/scripts/tsan.sh"
+fi

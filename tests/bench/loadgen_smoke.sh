@@ -25,7 +25,10 @@ trap cleanup EXIT
 # Port 0 lets the server pick a free port, which it logs once it serves. The
 # log exists before the server starts, so that polling it never fails.
 : >"$work/server.log"
-"$server_bin" --cpu --listen=127.0.0.1:0 --metrics_listen= --demo_docs=200 \
+# LOADGEN_SMOKE_DOCS: a smaller corpus for sanitizer builds, which score
+# slower (tests/bench/CMakeLists.txt).
+"$server_bin" --cpu --listen=127.0.0.1:0 --metrics_listen= \
+  --demo_docs="${LOADGEN_SMOKE_DOCS:-200}" \
   >"$work/server.log" 2>&1 &
 server_pid=$!
 port=

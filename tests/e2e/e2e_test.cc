@@ -29,6 +29,7 @@
 #include "kernels/quantize.h"
 #include "tests/e2e/e2e_support.h"
 #include "tests/support/http.h"
+#include "tests/support/sanitizer.h"
 
 namespace maxsimd {
 namespace {
@@ -41,6 +42,7 @@ std::string PlaidTestData() {
   return env != nullptr ? env : MAXSIMD_PLAID_TESTDATA;
 }
 
+using ::maxsimd::testing::kSanitizerSlowdown;
 using ::maxsimd::testing::RunCommand;
 
 class E2eTest : public ::testing::Test {
@@ -656,13 +658,14 @@ TEST_F(E2eTest, DataDirKeepsCorporaAndAliasesAcrossRestarts) {
 
 TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   // A corpus big enough that a batch of scans takes a few seconds on the
-  // CPU; on a GPU the batch still waits out --max_queue_delay (1 s).
+  // CPU (sanitizer builds score slower: a smaller one); on a GPU the batch
+  // still waits out --max_queue_delay (1 s).
   DocumentBatch docs;
   docs.dim = 128;
   docs.cu_seqlens = {0};
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal;
-  for (int i = 0; i < 3000; ++i) {
+  for (int i = 0; i < 3000 / kSanitizerSlowdown; ++i) {
     docs.ids.push_back(absl::StrCat("d", i));
     docs.cu_seqlens.push_back(docs.cu_seqlens.back() + 200);
   }

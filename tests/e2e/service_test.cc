@@ -31,6 +31,7 @@
 #include "tests/e2e/e2e_support.h"
 #include "tests/support/http.h"
 #include "tests/support/ranking.h"
+#include "tests/support/sanitizer.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -39,6 +40,7 @@ namespace {
 using ::maxsimd::testing::CompareRanking;
 using ::maxsimd::testing::HostSegment;
 using ::maxsimd::testing::HttpGet;
+using ::maxsimd::testing::kSanitizerSlowdown;
 using ::maxsimd::testing::RandomQuery;
 using ::maxsimd::testing::RandomSegment;
 using ::maxsimd::testing::SampleValue;
@@ -395,7 +397,8 @@ struct Call {
 // another code, and the process exits 0.
 TEST(ServiceTest, SigtermUnderLoadDrainsAcceptedCallsAndRefusesNewOnes) {
   std::mt19937_64 rng(TestSeed());
-  const TestCorpus corpus = MakeCorpus("drain", rng, 2000, 16, 64, 64);
+  const TestCorpus corpus =
+      MakeCorpus("drain", rng, 2000 / kSanitizerSlowdown, 16, 64, 64);
   absl::StatusOr<Fixture> f =
       StartWithCorpus({"--executors=1", "--max_queue_delay=300ms",
                        "--cpu_threads=1", "--drain_timeout=60s"},

@@ -6,8 +6,10 @@
 // count every lane (kernels/detail/maxsim_tma_kernel.cuh). Not part of the
 // build; on a machine with an NVIDIA GPU:
 //
-//   nvcc -std=c++17 -O2 -lineinfo -arch=sm_90a tests/sanitizers/mbarrier_probe.cu -o /tmp/probe
-//   for m in 0 1 2; do compute-sanitizer --tool racecheck /tmp/probe $m; done
+//   nvcc -O2 -lineinfo -arch=sm_90a mbarrier_probe.cu -o probe
+//   compute-sanitizer --tool racecheck ./probe 0   (then 1 and 2)
+//
+// (bench/run_gpu.sh sanitize does this.)
 //
 // Modes: 0: the writers __syncwarp, then lane 0 arrives (count 1);
 // 1: every writer lane arrives (count 32); 2: as 0, and the readers arrive
