@@ -49,6 +49,7 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DMAXSIMD_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
       -DMAXSIMD_CUDA_GENCODE="${CUDA_GENCODE}" \
       -DMAXSIMD_BUILD_TESTS=OFF -DMAXSIMD_BUILD_BENCH=OFF \
+      -DMAXSIMD_FAULT_INJECTION=OFF \
  && jobs="${BUILD_JOBS}" && if [ "$jobs" = 0 ]; then jobs="$(nproc)"; fi \
  && cmake --build build -j "$jobs" \
       --target maxsimd maxsimctl maxsimd_health \

@@ -32,11 +32,15 @@ tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
 # Service binaries and tests that also run on the GPU (path in the build).
 service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen
   tests/index/sharded_corpus_test tests/index/placement_test
-  tests/e2e/service_test tests/e2e/e2e_test)
+  tests/server/fault_tolerance_test tests/e2e/service_test tests/e2e/e2e_test)
 
+# A Release build with the test-only fault points compiled in, so that the
+# GPU twins of the fault tests run (an unarmed point is one relaxed atomic
+# load per allocation or search); the Docker image leaves them out.
 build() {
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DMAXSIMD_BUILD_SERVER=ON -DMAXSIMD_WITH_CUDA=ON \
+    -DMAXSIMD_FAULT_INJECTION=ON \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc
   local targets=(maxsim_bench fidelity_bench "${tests[@]}")
   for b in "${service_bins[@]}"; do targets+=("$(basename "$b")"); done
@@ -67,7 +71,8 @@ service() {
   local out failed=0
   out=$(out_dir)
   if [[ -z ${SKIP_SERVICE_TESTS:-} ]]; then
-    for t in sharded_corpus_test placement_test service_test e2e_test; do
+    for t in sharded_corpus_test placement_test fault_tolerance_test \
+      service_test e2e_test; do
       if MAXSIMD_E2E_SERVER_BIN=$bundle/bin/maxsimd \
         MAXSIMD_E2E_CTL_BIN=$bundle/bin/maxsimctl MAXSIMD_E2E_BACKEND=gpu \
         MAXSIMD_PLAID_TESTDATA=$root/tests/data/plaid \

@@ -1,6 +1,8 @@
 #include "index/importers.h"
 
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -28,6 +30,14 @@ absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
 }
 
 absl::StatusOr<std::string> ReadInputFile(const std::string& path) {
+  // A directory opens too, and its seek to the end says nothing of its
+  // size (on ext4, 2^63 - 1).
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) &&
+      !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a regular file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
   in.seekg(0, std::ios::end);

@@ -237,8 +237,19 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
 absl::Status CorpusRegistry::CommitAliases(
     std::map<std::string, std::string> aliases) {
   if (!data_dir_.empty()) {
-    MAXSIMD_RETURN_IF_ERROR(ReplaceFileDurably(
-        absl::StrCat(data_dir_, "/", kAliasesFile), EncodeAliases(aliases)));
+    const std::string path = absl::StrCat(data_dir_, "/", kAliasesFile);
+    absl::Status s = ReplaceFileDurably(path, EncodeAliases(aliases));
+    if (!s.ok()) {
+      // The new file may be in place (its directory's sync failed after
+      // the rename): put the committed aliases back, best effort.
+      std::map<std::string, std::string> committed;
+      {
+        absl::MutexLock lock(&mu_);
+        committed = aliases_;
+      }
+      (void)ReplaceFileDurably(path, EncodeAliases(committed));
+      return s;
+    }
   }
   absl::MutexLock lock(&mu_);
   aliases_ = std::move(aliases);

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/fault_injection.h"
 #include "kernels/status_macros.h"
 
 namespace maxsimd {
@@ -314,6 +316,33 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   const std::string msg = absl::StrCat(what, " ", path, ": ", strerror(e));
   if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
   return absl::InternalError(msg);
+}
+
+// The write(2), fsync(2) and rename(2) of durable files, each with its
+// fault point (kernels/fault_injection.h): an armed point fails the call
+// with ENOSPC, as a full disk does.
+ssize_t WriteSome(int fd, const char* data, size_t bytes) {
+  if (MAXSIMD_FAULT_POINT(fault::kStorageWrite)) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return write(fd, data, bytes);
+}
+
+int Fsync(int fd) {
+  if (MAXSIMD_FAULT_POINT(fault::kStorageFsync)) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return fsync(fd);
+}
+
+int Rename(const std::string& from, const std::string& to) {
+  if (MAXSIMD_FAULT_POINT(fault::kStorageRename)) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return rename(from.c_str(), to.c_str());
 }
 
 }  // namespace
@@ -719,23 +748,28 @@ absl::Status WriteFileDurably(const std::string& path, absl::string_view data) {
   const int fd =
       open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("open", path);
+  // A failed write removes what it wrote: on a full disk, the space.
+  auto fail = [&](const char* what) {
+    absl::Status s = ErrnoStatus(what, path);
+    close(fd);
+    (void)unlink(path.c_str());
+    return s;
+  };
   size_t at = 0;
   while (at < data.size()) {
-    const ssize_t n = write(fd, data.data() + at, data.size() - at);
+    const ssize_t n = WriteSome(fd, data.data() + at, data.size() - at);
     if (n < 0) {
       if (errno == EINTR) continue;
-      absl::Status s = ErrnoStatus("write", path);
-      close(fd);
-      return s;
+      return fail("write");
     }
     at += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0) {
-    absl::Status s = ErrnoStatus("fsync", path);
-    close(fd);
+  if (Fsync(fd) != 0) return fail("fsync");
+  if (close(fd) != 0) {
+    absl::Status s = ErrnoStatus("close", path);
+    (void)unlink(path.c_str());
     return s;
   }
-  if (close(fd) != 0) return ErrnoStatus("close", path);
   return absl::OkStatus();
 }
 
@@ -743,7 +777,11 @@ absl::Status ReplaceFileDurably(const std::string& path,
                                 absl::string_view data) {
   const std::string tmp = path + ".tmp";
   MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, data));
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp);
+  if (Rename(tmp, path) != 0) {
+    absl::Status s = ErrnoStatus("rename", tmp);
+    (void)unlink(tmp.c_str());
+    return s;
+  }
   return SyncDirectory(ParentDir(path));
 }
 
@@ -786,7 +824,7 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 absl::Status SyncDirectory(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("open", dir);
-  const int rc = fsync(fd);
+  const int rc = Fsync(fd);
   absl::Status s = rc == 0 ? absl::OkStatus() : ErrnoStatus("fsync", dir);
   close(fd);
   return s;
@@ -945,9 +983,28 @@ absl::Status CorpusStore::Commit(std::vector<StoredSegment> segments) {
   Manifest next = manifest_;
   next.segments = std::move(segments);
   if (!pending_codec_.empty()) next.codec_file = pending_codec_;
-  MAXSIMD_RETURN_IF_ERROR(
-      ReplaceFileDurably(Join(dir_, kManifestName), EncodeManifest(next)));
+  // ReplaceFileDurably's steps, to tell a failure before the rename (the
+  // committed manifest is untouched) from one after it.
+  const std::string path = Join(dir_, kManifestName);
+  const std::string tmp = path + ".tmp";
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(tmp, EncodeManifest(next)));
+  if (Rename(tmp, path) != 0) {
+    absl::Status s = ErrnoStatus("rename", tmp);
+    (void)unlink(tmp.c_str());
+    return s;
+  }
+  absl::Status synced = SyncDirectory(dir_);
+  if (!synced.ok()) {
+    // `next` is in place, perhaps not durably. The commit failed, so put
+    // the committed manifest back; until that is durable too, either may
+    // be what a restart reads, so CollectGarbage keeps the files of both.
+    if (!ReplaceFileDurably(path, EncodeManifest(manifest_)).ok()) {
+      unsure_ = std::move(next);
+    }
+    return synced;
+  }
   manifest_ = std::move(next);
+  unsure_.reset();
   pending_codec_.clear();
   return absl::OkStatus();
 }
@@ -958,10 +1015,13 @@ void CorpusStore::CollectGarbage() {
   // A codec no commit took is dropped with the write that wrote it.
   pending_codec_.clear();
   std::set<std::string> keep = {std::string(kManifestName)};
-  if (!manifest_.codec_file.empty()) keep.insert(manifest_.codec_file);
-  for (const StoredSegment& s : manifest_.segments) {
-    keep.insert(s.file);
-    if (!s.tombstones.empty()) keep.insert(s.tombstones);
+  for (const Manifest* m : {&manifest_, unsure_ ? &*unsure_ : nullptr}) {
+    if (m == nullptr) continue;
+    if (!m->codec_file.empty()) keep.insert(m->codec_file);
+    for (const StoredSegment& s : m->segments) {
+      keep.insert(s.file);
+      if (!s.tombstones.empty()) keep.insert(s.tombstones);
+    }
   }
   for (const std::string& n : *names) {
     if (keep.count(n) == 0) (void)unlink(Join(dir_, n).c_str());
@@ -970,21 +1030,52 @@ void CorpusStore::CollectGarbage() {
 
 absl::Status WriteCorpusDirectory(const std::string& dir,
                                   const CorpusSnapshot& snapshot) {
-  MAXSIMD_RETURN_IF_ERROR(MakeDirectories(ParentDir(dir)));
-  MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CorpusStore> store,
-                           CorpusStore::Create(dir, snapshot.config()));
-  std::vector<CorpusStore::SegmentToWrite> segments;
-  for (size_t i = 0; i < snapshot.segments().size(); ++i) {
-    const Segment& seg = *snapshot.segments()[i];
-    const TombstoneSet* dead = snapshot.tombstones(i);
-    segments.push_back({&seg.data(), dead != nullptr ? &dead->bits() : nullptr,
-                        seg.base_index(), seg.shard()});
+  const std::string parent = ParentDir(dir);
+  MAXSIMD_RETURN_IF_ERROR(MakeDirectories(parent));
+  struct stat st;
+  if (lstat(dir.c_str(), &st) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
   }
-  absl::Status s = store->WriteAndCommit(
-      segments,
-      snapshot.codec() != nullptr ? &snapshot.codec()->codec() : nullptr);
-  if (!s.ok()) (void)RemoveTree(dir);  // ours: Create above made it
-  return s;
+  // Written under a hidden name next to `dir`, then renamed into place
+  // whole: `dir` never holds part of a snapshot, even after a crash (which
+  // leaves the hidden directory behind).
+  static std::atomic<uint64_t> partials{0};
+  const size_t slash = dir.find_last_of('/');
+  const std::string partial = Join(
+      parent,
+      absl::StrCat(".partial-",
+                   slash == std::string::npos ? dir : dir.substr(slash + 1),
+                   "-", getpid(), "-", partials++));
+  auto write_all = [&]() -> absl::Status {
+    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CorpusStore> store,
+                             CorpusStore::Create(partial, snapshot.config()));
+    std::vector<CorpusStore::SegmentToWrite> segments;
+    for (size_t i = 0; i < snapshot.segments().size(); ++i) {
+      const Segment& seg = *snapshot.segments()[i];
+      const TombstoneSet* dead = snapshot.tombstones(i);
+      segments.push_back({&seg.data(),
+                          dead != nullptr ? &dead->bits() : nullptr,
+                          seg.base_index(), seg.shard()});
+    }
+    MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(
+        segments,
+        snapshot.codec() != nullptr ? &snapshot.codec()->codec() : nullptr));
+    if (Rename(partial, dir) != 0) {
+      // A snapshot of the same name that finished first.
+      if (errno == EEXIST || errno == ENOTEMPTY) {
+        return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
+      }
+      return ErrnoStatus("rename", partial);
+    }
+    absl::Status synced = SyncDirectory(parent);
+    if (!synced.ok()) (void)RemoveTree(dir);  // not durably in place
+    return synced;
+  };
+  absl::Status s = write_all();
+  if (s.ok()) return s;
+  (void)RemoveTree(partial);
+  return absl::Status(s.code(),
+                      absl::StrCat("snapshot ", dir, ": ", s.message()));
 }
 
 absl::Status DestroyCorpusDirectory(const std::string& dir) {

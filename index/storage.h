@@ -5,8 +5,12 @@
 //
 // Errors: every damaged, truncated or missing file is DATA_LOSS with a
 // message naming the file and the reason; I/O failures while writing are
-// INTERNAL (or RESOURCE_EXHAUSTED for a full disk) and leave the committed
-// state as it was.
+// INTERNAL (or RESOURCE_EXHAUSTED for a full disk, the message naming the
+// file and the call) and leave the committed state as it was.
+//
+// Tests fail the writes, fsyncs and renames here at will, as a full disk
+// does, through the fault points fault::kStorageWrite, kStorageFsync and
+// kStorageRename (kernels/fault_injection.h).
 //
 // Thread-safety: the free functions are reentrant; a CorpusStore is used by
 // one writer at a time (its Corpus serialises writes).
@@ -66,13 +70,17 @@ std::string EncodeAliases(const std::map<std::string, std::string>& aliases);
 absl::StatusOr<std::map<std::string, std::string>> DecodeAliases(
     absl::string_view bytes, absl::string_view name);
 // Replaces `path` durably: writes path + ".tmp", fsyncs it, renames it over
-// `path` and fsyncs the directory.
+// `path` and fsyncs the directory. A failure before the rename leaves
+// `path` as it was and removes the ".tmp" file; one after it (the
+// directory's fsync) leaves `path` holding `data`, perhaps not durably, so
+// a caller that reports the failure writes the previous contents back.
 absl::Status ReplaceFileDurably(const std::string& path,
                                 absl::string_view data);
 
 // Whole-file I/O. WriteFileDurably writes, fsyncs and closes `path`
-// (replacing it); SyncDirectory fsyncs a directory so that entries created
-// or renamed in it are durable.
+// (replacing it), and removes it when that fails (so a full disk gets its
+// space back); SyncDirectory fsyncs a directory so that entries created or
+// renamed in it are durable.
 absl::Status WriteFileDurably(const std::string& path, absl::string_view data);
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 absl::Status SyncDirectory(const std::string& dir);
@@ -128,11 +136,15 @@ class CorpusStore {
                               const PlaidCodec* codec = nullptr);
 
   // Steps 2 and 3: makes `segments` the committed state. On error the
-  // previous state stays committed (on disk and in manifest()).
+  // previous state stays committed (on disk and in manifest()): when the
+  // new manifest was renamed into place but its directory could not be
+  // synced, the previous manifest is written back.
   absl::Status Commit(std::vector<StoredSegment> segments);
 
   // Removes the files in the directory that the committed manifest does
-  // not name (best effort; after a failed or superseding commit).
+  // not name (best effort; after a failed or superseding commit). Files of
+  // a failed commit whose manifest could not be put back (see Commit) are
+  // kept until the next commit succeeds, since a restart may read it.
   void CollectGarbage();
 
  private:
@@ -142,12 +154,19 @@ class CorpusStore {
   const std::string dir_;
   Manifest manifest_;
   std::string pending_codec_;  // written, not yet committed
+  // The manifest of a failed commit that may be on disk (see Commit).
+  std::optional<Manifest> unsure_;
 };
 
 // Writes a complete corpus directory at `dir` (which must not exist; its
 // parents are created as needed): one
 // segment file per segment, tombstone files where documents are deleted,
-// and the manifest, every file fsynced. Used for snapshots.
+// and the manifest, every file fsynced. Used for snapshots. The files are
+// written into a hidden sibling directory (".partial-<name>-<pid>-<n>")
+// renamed to `dir` once complete, so `dir` holds a whole snapshot or
+// nothing: a failed write (a full disk: RESOURCE_EXHAUSTED naming the file)
+// removes everything it wrote, and a crash leaves only the hidden
+// directory. ALREADY_EXISTS if `dir` exists.
 absl::Status WriteCorpusDirectory(const std::string& dir,
                                   const CorpusSnapshot& snapshot);
 

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/element.h"
+#include "kernels/fault_injection.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/kmeans.h"
 #include "kernels/maxsim_gather.h"
@@ -77,6 +78,28 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// Every cudaMalloc of the backend. Fault point fault::kGpuMalloc fails it
+// as a device without room does.
+cudaError_t DeviceMalloc(void** ptr, size_t bytes) {
+  if (MAXSIMD_FAULT_POINT(fault::kGpuMalloc)) return cudaErrorMemoryAllocation;
+  return cudaMalloc(ptr, bytes);
+}
+template <typename T>
+cudaError_t DeviceMalloc(T** ptr, size_t bytes) {
+  return DeviceMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+
+// The wait for a search's work on `stream`, where a fault of its kernels
+// (an illegal address, a trap) surfaces. Fault point fault::kGpuKernel
+// reports such a fault after the wait, as the runtime does.
+cudaError_t WaitForSearch(cudaStream_t stream) {
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess && MAXSIMD_FAULT_POINT(fault::kGpuKernel)) {
+    return cudaErrorLaunchFailure;
+  }
+  return err;
 }
 
 class NvtxRange {
@@ -468,26 +491,23 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   w->in_bytes = cap.end;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_in),
                                    w->in_bytes, cudaHostAllocDefault));
-  MAXSIMD_CUDA_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&w->dev_in), w->in_bytes));
+  MAXSIMD_CUDA_CHECK(DeviceMalloc(&w->dev_in, w->in_bytes));
   const int64_t topk_entries =
       static_cast<int64_t>(lim.max_batch_queries) * kMaxTopK;
   w->out_entries = 2 * topk_entries;
   MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_out),
                                    w->out_entries * sizeof(uint64_t),
                                    cudaHostAllocDefault));
-  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->topk),
-                                topk_entries * sizeof(uint64_t)));
+  MAXSIMD_CUDA_CHECK(DeviceMalloc(&w->topk, topk_entries * sizeof(uint64_t)));
   w->score_entries =
       std::max(options_.scan_chunk_entries, lim.max_batch_candidates);
-  MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w->scores),
-                                w->score_entries * sizeof(float)));
+  MAXSIMD_CUDA_CHECK(
+      DeviceMalloc(&w->scores, w->score_entries * sizeof(float)));
   // The longest top-k row: a scan chunk (<= scan_chunk_entries documents)
   // or one query's candidates.
   w->ws.entries = TopKWorkspaceEntries(w->score_entries);
   for (uint64_t*& p : w->ws.partial) {
-    MAXSIMD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p),
-                                  w->ws.entries * sizeof(uint64_t)));
+    MAXSIMD_CUDA_CHECK(DeviceMalloc(&p, w->ws.entries * sizeof(uint64_t)));
   }
   workspace_bytes_ += static_cast<int64_t>(
       w->in_bytes + (topk_entries + 2 * w->ws.entries) * sizeof(uint64_t) +
@@ -503,8 +523,7 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
           cudaEventCreateWithFlags(&w->copied[b], cudaEventDisableTiming));
       MAXSIMD_CUDA_CHECK(
           cudaEventCreateWithFlags(&w->consumed[b], cudaEventDisableTiming));
-      MAXSIMD_CUDA_CHECK(
-          cudaMalloc(reinterpret_cast<void**>(&w->dev_stream[b]), bytes));
+      MAXSIMD_CUDA_CHECK(DeviceMalloc(&w->dev_stream[b], bytes));
       MAXSIMD_CUDA_CHECK(
           cudaHostAlloc(reinterpret_cast<void**>(&w->pinned_stream[b]), bytes,
                         cudaHostAllocDefault));
@@ -590,7 +609,7 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> GpuBackendImpl::AllocateCounted(
       CheckBudget(what, "--corpus_budget_bytes", name(), corpus_bytes_->load(),
                   static_cast<int64_t>(bytes), options_.corpus_budget_bytes));
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, bytes);
+  const cudaError_t err = DeviceMalloc(&ptr, bytes);
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // not sticky: clear it
     size_t free_bytes = 0, total_bytes = 0;
@@ -1556,7 +1575,7 @@ absl::Status GpuBackendImpl::RunSearch(
     }
   }
   MAXSIMD_CUDA_CHECK(cudaEventRecord(w.done, stream));
-  MAXSIMD_CUDA_CHECK(cudaStreamSynchronize(stream));
+  MAXSIMD_CUDA_CHECK(WaitForSearch(stream));
   merge_pending();
 
   if (timing != nullptr) {

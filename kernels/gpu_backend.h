@@ -20,7 +20,9 @@
 // Thread-safety: as Backend. Each Search() holds one worker slot for its
 // duration; with all slots busy a caller waits for one. A CUDA error that
 // leaves the context unusable is sticky: healthy() turns false and every
-// later call answers UNAVAILABLE.
+// later call answers UNAVAILABLE. Tests provoke a failed cudaMalloc and a
+// kernel fault through the fault points gpu.malloc and gpu.kernel
+// (fault_injection.h).
 #ifndef MAXSIMD_KERNELS_GPU_BACKEND_H_
 #define MAXSIMD_KERNELS_GPU_BACKEND_H_
 

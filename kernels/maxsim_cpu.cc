@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/element.h"
+#include "kernels/fault_injection.h"
 #include "kernels/half.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
@@ -213,6 +214,14 @@ int64_t NowNs() {
       .count();
 }
 
+// What fault::kCpuAlloc makes of Upload() or Pin(): the error of an
+// allocation that does not fit.
+absl::Status InjectedAllocFailure(const char* what, size_t bytes) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "CpuBackend::", what, ": ", bytes,
+      " bytes do not fit in host memory (fault point ", fault::kCpuAlloc, ")"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
@@ -225,20 +234,32 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Upload(
     const void* host, size_t bytes) {
+  if (fault::kEnabled && !healthy_.load()) {
+    return absl::UnavailableError("CpuBackend::Upload: the backend has failed");
+  }
   absl::MutexLock lock(&upload_mu_);
   MAXSIMD_RETURN_IF_ERROR(CheckCorpusBudget(name(), corpus_bytes_->load(),
                                             static_cast<int64_t>(bytes),
                                             options_.corpus_budget_bytes));
+  if (MAXSIMD_FAULT_POINT(fault::kCpuAlloc)) {
+    return InjectedAllocFailure("Upload", bytes);
+  }
   return std::unique_ptr<ResidentBuffer>(
       new HostBuffer(host, bytes, corpus_bytes_));
 }
 
 absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Pin(
     const void* host, size_t bytes) {
+  if (fault::kEnabled && !healthy_.load()) {
+    return absl::UnavailableError("CpuBackend::Pin: the backend has failed");
+  }
   absl::MutexLock lock(&upload_mu_);
   MAXSIMD_RETURN_IF_ERROR(
       CheckBudget("Pin", "--pinned_budget_bytes", name(), pinned_bytes_->load(),
                   static_cast<int64_t>(bytes), options_.pinned_budget_bytes));
+  if (MAXSIMD_FAULT_POINT(fault::kCpuAlloc)) {
+    return InjectedAllocFailure("Pin", bytes);
+  }
   return std::unique_ptr<ResidentBuffer>(
       new HostBuffer(host, bytes, pinned_bytes_));
 }
@@ -246,6 +267,9 @@ absl::StatusOr<std::unique_ptr<ResidentBuffer>> CpuBackend::Pin(
 absl::Status CpuBackend::Search(const SearchParams& params,
                                 absl::Span<std::vector<ScoredDoc>> results,
                                 SearchTiming* timing) {
+  if (fault::kEnabled && !healthy_.load()) {
+    return absl::UnavailableError("CpuBackend::Search: the backend has failed");
+  }
   MAXSIMD_RETURN_IF_ERROR(
       ValidateSearchParams(params, options_.limits, results.size()));
   if (params.quantize_queries && params.dim > kMaxInt8Dim) {
@@ -261,6 +285,15 @@ absl::Status CpuBackend::Search(const SearchParams& params,
                             ? Scan(params, prep, results)
                             : Gather(params, prep, results);
   if (timing != nullptr) timing->kernel_ns = NowNs() - start;
+  if (status.ok() && MAXSIMD_FAULT_POINT(fault::kCpuSearch)) {
+    // As the GPU backend after a kernel fault: the batch fails, and so does
+    // every later call (Sticky in gpu_backend.cu).
+    healthy_.store(false);
+    return absl::UnavailableError(
+        absl::StrCat("CpuBackend::Search: the search of ", params.num_queries,
+                     " queries failed (fault point ", fault::kCpuSearch,
+                     "); the backend is unhealthy"));
+  }
   return status;
 }
 

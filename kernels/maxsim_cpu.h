@@ -6,6 +6,15 @@
 // the int8 dot products of quantised queries, backend.h). It scores every
 // dtype, int8 corpora included.
 //
+// Health: the CPU backend has no device to lose, so healthy() stays true,
+// except after the test-only fault point fault::kCpuSearch
+// (fault_injection.h), which fails a search as a GPU kernel fault does:
+// from then on healthy() is false and every call answers UNAVAILABLE, as
+// the GPU backend after a sticky error. That lets the server's handling of
+// a failed backend run in tests without a GPU. (Fault point
+// fault::kCpuAlloc fails Upload and Pin as an allocation that does not
+// fit.) In a build without fault injection, none of this is compiled in.
+//
 // Thread-safety: as Backend. Searches share one thread pool; concurrent
 // Search() calls take turns on it.
 #ifndef MAXSIMD_KERNELS_MAXSIM_CPU_H_
@@ -18,6 +27,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
+#include "kernels/fault_injection.h"
 #include "kernels/thread_pool.h"
 
 namespace maxsimd {
@@ -50,7 +60,7 @@ class CpuBackend final : public Backend {
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
-  bool healthy() const override { return true; }
+  bool healthy() const override { return !fault::kEnabled || healthy_.load(); }
   // Every dtype: float32, float16, bfloat16 and int8 (with scales).
   bool SupportsDType(DType, int32_t) const override { return true; }
 
@@ -64,6 +74,9 @@ class CpuBackend final : public Backend {
 
   CpuBackendOptions options_;
   ThreadPool pool_;
+  // False after a failure injected at fault::kCpuSearch; read only in a
+  // build with fault injection.
+  std::atomic<bool> healthy_{true};
   absl::Mutex upload_mu_;  // serialises Upload()'s budget check
   // Bytes of live buffers (shared: a buffer may outlive the backend).
   std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =

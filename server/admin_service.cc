@@ -1,11 +1,17 @@
 #include "server/admin_service.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "index/importers.h"
 #include "index/plaid.h"
@@ -82,6 +88,17 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
         c.layout == Layout::kInt8 ? DType::kInt8 : DType::kFloat16;
   } else if (r.storage_dtype() == v1::DTYPE_INT8) {
     c.storage_dtype = DType::kInt8;
+  } else if (r.storage_dtype() == v1::DTYPE_PLAID ||
+             !v1::DType_IsValid(r.storage_dtype())) {
+    // Not DecodeDType's message, which is about tensors.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage_dtype is ",
+        v1::DType_IsValid(r.storage_dtype())
+            ? v1::DType_Name(r.storage_dtype())
+            : absl::StrCat(static_cast<int>(r.storage_dtype())),
+        c.layout == Layout::kInt8
+            ? "; LAYOUT_INT8 stores DTYPE_INT8 (leave storage_dtype unset)"
+            : "; LAYOUT_DENSE stores DTYPE_FLOAT16 or DTYPE_BFLOAT16"));
   } else {
     MAXSIMD_ASSIGN_OR_RETURN(c.storage_dtype,
                              DecodeDType(r.storage_dtype(), "storage_dtype"));
@@ -133,7 +150,10 @@ void FinishUnary(grpc::CallbackServerContext* ctx,
 
 // One AddDocuments stream: converts every message into a DocumentBuilder as
 // it arrives and commits the lot when the client half-closes. A bad message
-// ends the call at once with nothing added. Deletes itself in OnDone.
+// ends the call at once with nothing added, and so does a stream that breaks
+// instead (the client cancelled or went away, or gRPC refused a message over
+// --max_message_bytes and answered the client itself). Deletes itself in
+// OnDone.
 class AddReactor final
     : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
  public:
@@ -147,15 +167,28 @@ class AddReactor final
   }
 
   void OnReadDone(bool ok) override {
-    absl::Status status = ok ? Consume() : Commit();
-    if (ok && status.ok()) {
+    if (!ok) {
+      // A read fails at the client's half-close and also when the call
+      // broke; a call's cancelled flag can still be unset then (a message
+      // over the size limit). The next operation tells them apart: sending
+      // the initial metadata fails on a broken call.
+      StartSendInitialMetadata();
+      return;
+    }
+    const absl::Status status = Consume();
+    if (status.ok()) {
       request_.Clear();
       StartRead(&request_);
       return;
     }
-    ObserveCall(service_->metrics(), "AddDocuments", arrival_, status,
-                request_id_);
-    Finish(ToGrpcStatus(status));
+    Answer(status);
+  }
+
+  void OnSendInitialMetadataDone(bool ok) override {
+    Answer(ok ? Commit()
+              : absl::CancelledError(
+                    "AddDocuments: the stream broke before the client "
+                    "half-closed it; nothing was added"));
   }
 
   void OnDone() override { delete this; }
@@ -171,16 +204,25 @@ class AddReactor final
       }
       MAXSIMD_ASSIGN_OR_RETURN(corpus_,
                                service_->corpora()->Get(request_.corpus()));
+      corpus_name_ = request_.corpus();
       builder_.emplace(corpus_->config(), corpus_->limits());
     } else if (!request_.corpus().empty() &&
+               request_.corpus() != corpus_name_ &&
                request_.corpus() != corpus_->config().name) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": corpus \"", request_.corpus(),
+          absl::StrCat(where, ": corpus \"", request_.corpus().substr(0, 160),
                        "\" differs from the stream's corpus \"",
                        corpus_->config().name, "\""));
     }
     if (request_.ids_size() == 0 && !request_.has_tokens())
       return absl::OkStatus();
+    // Named here: the row limit below would otherwise read [1, 0].
+    if (request_.ids_size() == 0 || !request_.has_tokens()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", request_.ids_size() == 0 ? "tokens" : "ids",
+          " is set but ", request_.ids_size() == 0 ? "ids" : "tokens",
+          " is not; a message adds documents with both, or carries neither"));
+    }
     const int32_t max_doc_tokens = corpus_->limits().max_doc_tokens;
     MAXSIMD_ASSIGN_OR_RETURN(
         TensorView view,
@@ -202,6 +244,12 @@ class AddReactor final
     return builder_->Add(ids, counts, view.data, view.rows, view.dtype, where);
   }
 
+  void Answer(const absl::Status& status) {
+    ObserveCall(service_->metrics(), "AddDocuments", arrival_, status,
+                request_id_);
+    Finish(ToGrpcStatus(status));
+  }
+
   absl::Status Commit() {
     if (corpus_ == nullptr) {
       return absl::InvalidArgumentError(
@@ -221,6 +269,7 @@ class AddReactor final
   v1::AddDocumentsRequest request_;
   int64_t messages_ = 0;
   std::shared_ptr<Corpus> corpus_;
+  std::string corpus_name_;  // as the first message named it (or an alias)
   std::optional<DocumentBuilder> builder_;
 };
 
@@ -417,6 +466,7 @@ absl::StatusOr<std::string> ResolveFilesPath(const std::string& root,
                      " (a relative path under --files_dir)"));
   };
   if (path.empty() || path.size() > 1024) return bad("must be 1 to 1024 bytes");
+  if (path[0] == '/') return bad("is absolute");
   for (char c : path) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
         c != '-' && c != '.' && c != '/') {
@@ -431,6 +481,79 @@ absl::StatusOr<std::string> ResolveFilesPath(const std::string& root,
   return absl::StrCat(root, "/", path);
 }
 
+namespace {
+
+// An error about a file or directory under --files_dir `root`, which the
+// request named: `paths` holds (field, ResolveFilesPath's path) of each it
+// named. The message gets the field of the path it names first in front
+// (the longest there, as one path may begin another) and shows paths as the
+// request gave them. Errors that name no such path are returned as they
+// are.
+absl::Status NameFilesField(
+    const absl::Status& status, const std::string& root,
+    const std::vector<std::pair<const char*, std::string>>& paths) {
+  if (status.ok() || root.empty()) return status;
+  const std::pair<const char*, std::string>* named = nullptr;
+  size_t named_at = absl::string_view::npos;
+  for (const auto& p : paths) {
+    const size_t at = p.second.empty() ? absl::string_view::npos
+                                       : status.message().find(p.second);
+    if (at == absl::string_view::npos) continue;
+    if (named == nullptr || at < named_at ||
+        (at == named_at && p.second.size() > named->second.size())) {
+      named = &p;
+      named_at = at;
+    }
+  }
+  if (named == nullptr) return status;
+  return absl::Status(
+      status.code(),
+      absl::StrCat(named->first, ": ",
+                   absl::StrReplaceAll(status.message(),
+                                       {{absl::StrCat(root, "/"), ""}})));
+}
+
+// What `path` (ResolveFilesPath's, of the request's `given` in `field`)
+// names, checked before it is read, so that a wrong path is the caller's
+// error naming the field and not an I/O error from below: NOT_FOUND when
+// nothing is there, INVALID_ARGUMENT when it is not a directory (or not a
+// regular file). Other stat errors are left to the reader.
+absl::Status CheckFilesEntry(const std::string& path, const std::string& given,
+                             absl::string_view field, bool directory) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) return absl::OkStatus();
+    return absl::NotFoundError(absl::StrCat(
+        field, ": \"", given, "\" does not exist under --files_dir"));
+  }
+  if (directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": \"", given, "\" is not a ",
+                   directory ? "directory" : "regular file"));
+}
+
+// The same for a directory to be made at `given`: every parent of it that
+// exists must be a directory.
+absl::Status CheckNewFilesDirectory(const std::string& root,
+                                    const std::string& given,
+                                    absl::string_view field) {
+  for (size_t slash = given.find('/'); slash != std::string::npos;
+       slash = given.find('/', slash + 1)) {
+    const std::string parent = given.substr(0, slash);
+    struct stat st;
+    if (stat(absl::StrCat(root, "/", parent).c_str(), &st) != 0) break;
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": \"", parent, "\" is not a directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
     grpc::CallbackServerContext* ctx, const v1::SnapshotCorpusRequest* request,
     v1::SnapshotCorpusResponse* response) {
@@ -441,7 +564,12 @@ grpc::ServerUnaryReactor* AdminService::SnapshotCorpus(
     MAXSIMD_ASSIGN_OR_RETURN(
         std::string dir,
         ResolveFilesPath(limits_.files_dir, request->path(), "path"));
-    return corpora_->SnapshotCorpus(request->name(), dir);
+    MAXSIMD_RETURN_IF_ERROR(
+        CheckNewFilesDirectory(limits_.files_dir, request->path(), "path"));
+    absl::StatusOr<int64_t> written =
+        corpora_->SnapshotCorpus(request->name(), dir);
+    if (written.ok()) return written;
+    return NameFilesField(written.status(), limits_.files_dir, {{"path", dir}});
   }();
   if (docs.ok()) response->set_num_documents(*docs);
   FinishUnary(ctx, reactor, metrics_, "SnapshotCorpus", arrival, docs.status());
@@ -459,7 +587,13 @@ grpc::ServerUnaryReactor* AdminService::LoadCorpus(
     MAXSIMD_ASSIGN_OR_RETURN(
         std::string dir,
         ResolveFilesPath(limits_.files_dir, request->path(), "path"));
-    return corpora_->LoadCorpus(dir, request->name());
+    // Not DATA_LOSS, which says that a corpus directory is damaged.
+    MAXSIMD_RETURN_IF_ERROR(CheckFilesEntry(dir, request->path(), "path",
+                                            /*directory=*/true));
+    absl::StatusOr<std::shared_ptr<Corpus>> loaded =
+        corpora_->LoadCorpus(dir, request->name());
+    if (loaded.ok()) return loaded;
+    return NameFilesField(loaded.status(), limits_.files_dir, {{"path", dir}});
   }();
   if (corpus.ok()) {
     DescribeCorpus(**corpus, corpora_->backend()->name(), response);
@@ -474,10 +608,26 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
   if (Refused(ctx, reactor, "ImportDocuments", arrival)) return reactor;
+  DocumentFiles files;
   const absl::Status status = [&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
                              corpora_->Get(request->corpus()));
-    DocumentFiles files;
+    // As ReadDocumentFiles checks, in the request's terms.
+    const bool npy =
+        !request->tokens_npy().empty() || !request->cu_seqlens_npy().empty();
+    const int sources = int{npy} + int{!request->safetensors().empty()} +
+                        int{!request->plaid_dir().empty()};
+    if (sources != 1 || (npy && (request->tokens_npy().empty() ||
+                                 request->cu_seqlens_npy().empty()))) {
+      return absl::InvalidArgumentError(
+          "ImportDocuments: give exactly one source: tokens_npy with "
+          "cu_seqlens_npy, safetensors, or plaid_dir");
+    }
+    if (request->ids().empty() && request->plaid_dir().empty()) {
+      return absl::InvalidArgumentError(
+          "ids is required (a text file of ids, one per line) except with "
+          "plaid_dir");
+    }
     const std::pair<const std::string*, std::string*> paths[] = {
         {&request->tokens_npy(), &files.tokens_npy},
         {&request->cu_seqlens_npy(), &files.cu_seqlens_npy},
@@ -491,6 +641,9 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
       MAXSIMD_ASSIGN_OR_RETURN(
           *paths[i].second,
           ResolveFilesPath(limits_.files_dir, *paths[i].first, fields[i]));
+      MAXSIMD_RETURN_IF_ERROR(
+          CheckFilesEntry(*paths[i].second, *paths[i].first, fields[i],
+                          /*directory=*/paths[i].second == &files.plaid_dir));
     }
     // A PLAID index is refused before it is decoded when its dense tokens
     // would exceed the limit checked below.
@@ -531,8 +684,11 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
                        limits_.max_stream_bytes, "); split the files"));
     }
     if (docs.dim != corpus->config().dim) {
+      const char* source = npy                              ? "tokens_npy"
+                           : request->safetensors().empty() ? "plaid_dir"
+                                                            : "safetensors";
       return absl::InvalidArgumentError(absl::StrCat(
-          "ImportDocuments: the files hold dim ", docs.dim, "; corpus \"",
+          source, ": the file holds dim ", docs.dim, "; corpus \"",
           corpus->config().name, "\" has dim ", corpus->config().dim));
     }
     DocumentBuilder builder(corpus->config(), corpus->limits());
@@ -546,7 +702,13 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
                    response->mutable_corpus());
     return absl::OkStatus();
   }();
-  FinishUnary(ctx, reactor, metrics_, "ImportDocuments", arrival, status);
+  FinishUnary(ctx, reactor, metrics_, "ImportDocuments", arrival,
+              NameFilesField(status, limits_.files_dir,
+                             {{"tokens_npy", files.tokens_npy},
+                              {"cu_seqlens_npy", files.cu_seqlens_npy},
+                              {"safetensors", files.safetensors},
+                              {"plaid_dir", files.plaid_dir},
+                              {"ids", files.ids}}));
   return reactor;
 }
 

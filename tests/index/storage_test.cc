@@ -10,9 +10,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -24,6 +26,7 @@
 #include "index/corpus.h"
 #include "index/registry.h"
 #include "kernels/element.h"
+#include "kernels/fault_injection.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/status_matchers.h"
 
@@ -1069,6 +1072,206 @@ TEST_F(StorageTest, Int8CorpusReopensBitIdenticallyIncludingAfterCompaction) {
     EXPECT_EQ(snap->segments().size(), 1u);
     EXPECT_EQ(Contents(*snap), contents);
     EXPECT_EQ(Ranking(*snap, backend_.get()), ranking);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// A full disk: the fault points storage.write, storage.fsync, storage.rename
+
+class StorageFaultTest : public StorageTest {
+ protected:
+  void SetUp() override {
+    if (!fault::kEnabled) {
+      GTEST_SKIP() << "this build has no fault injection "
+                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
+    }
+  }
+  void TearDown() override { fault::DisarmAll(); }
+
+  // The corpus in `dir` as a reopen reads it.
+  std::vector<std::pair<std::string, std::string>> Reopened(
+      const std::string& dir) {
+    StoredCorpus contents;
+    auto store = CorpusStore::Open(dir, &contents);
+    EXPECT_THAT(store, IsOk());
+    if (!store.ok()) return {};
+    auto corpus = Corpus::Restore(limits_, backend_.get(), *std::move(store),
+                                  std::move(contents));
+    EXPECT_THAT(corpus, IsOk());
+    if (!corpus.ok()) return {};
+    return Contents(*(*corpus)->Snapshot());
+  }
+};
+
+std::vector<std::string> SortedFiles(const std::string& dir) {
+  std::vector<std::string> names =
+      ListFiles(dir).value_or(std::vector<std::string>{});
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+constexpr const char* kStoragePoints[] = {
+    fault::kStorageWrite, fault::kStorageFsync, fault::kStorageRename};
+
+TEST_F(StorageFaultTest, FullDiskFailsAWriteNamingTheFileAndLeavesNoFile) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/f";
+  for (const char* point : {fault::kStorageWrite, fault::kStorageFsync}) {
+    fault::ScopedFault full_disk(point, fault::Schedule::Always());
+    EXPECT_THAT(
+        WriteFileDurably(path, "data"),
+        StatusIs(absl::StatusCode::kResourceExhausted,
+                 ::testing::AllOf(HasSubstr(path),
+                                  HasSubstr("No space left on device"))))
+        << point;
+    EXPECT_FALSE(Exists(path)) << point;
+  }
+  // A replacement failing before its rename leaves the old file and no
+  // temporary one.
+  ASSERT_THAT(WriteFileDurably(path, "old"), IsOk());
+  for (const char* point : kStoragePoints) {
+    fault::ScopedFault full_disk(point, fault::Schedule::Once());
+    EXPECT_THAT(ReplaceFileDurably(path, "new"),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("No space left on device")))
+        << point;
+    EXPECT_EQ(ReadWholeFile(path).value_or(""), "old") << point;
+    EXPECT_FALSE(Exists(path + ".tmp")) << point;
+  }
+}
+
+// Every hit of every point, failing once (a disk that fills, then frees
+// space) and failing from then on (a disk that stays full), during an
+// append and a delete of a persisted corpus.
+TEST_F(StorageFaultTest, FullDiskAtAnyStepOfAWriteLeavesAConsistentCorpus) {
+  const std::vector<
+      std::pair<const char*, std::function<absl::Status(Corpus&)>>>
+      writes = {
+          {"append",
+           [this](Corpus& c) { return c.Append(Docs("b", 2, 1.f)).status(); }},
+          {"delete",
+           [](Corpus& c) { return c.Delete({"a1"}, false).status(); }}};
+  for (const auto& [what, write] : writes) {
+    for (const char* point : kStoragePoints) {
+      for (bool stays_full : {false, true}) {
+        for (int n = 1;; ++n) {
+          SCOPED_TRACE(::testing::Message()
+                       << what << ", " << point << " failing at hit " << n
+                       << (stays_full ? " and after" : " only"));
+          ASSERT_LT(n, 50);
+          TempDir tmp;
+          const std::string dir = tmp.path() + "/c";
+          std::shared_ptr<Corpus> corpus = PersistedCorpus(dir);
+          const auto before = Contents(*corpus->Snapshot());
+          const auto files = SortedFiles(dir);
+          absl::Status s;
+          {
+            fault::ScopedFault full_disk(
+                point, stays_full ? fault::Schedule{n - 1, -1}
+                                  : fault::Schedule::NthHit(n));
+            s = write(*corpus);
+            if (fault::Failures(point) == 0) {
+              ASSERT_THAT(s, IsOk());
+              break;
+            }
+          }
+          EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted,
+                                  HasSubstr("No space left on device")));
+          // Unchanged in memory.
+          EXPECT_EQ(Contents(*corpus->Snapshot()), before);
+          const auto on_disk = Reopened(dir);
+          if (!stays_full) {
+            // And on disk, without a file left over.
+            EXPECT_EQ(on_disk, before);
+            EXPECT_EQ(SortedFiles(dir), files);
+          } else {
+            // Where the new manifest was renamed into place and could not
+            // be taken back, a restart reads the write; never a damaged
+            // corpus.
+            EXPECT_FALSE(on_disk.empty());
+          }
+          // With room again, writes go on, and a reopen reads them.
+          ASSERT_THAT(corpus->Append(Docs("c", 1, 2.f)), IsOk());
+          EXPECT_EQ(Reopened(dir), Contents(*corpus->Snapshot()));
+        }
+      }
+    }
+  }
+}
+
+// A snapshot failing at any hit of any point leaves nothing at its path
+// nor beside it, and the earlier snapshot next to it as it was.
+TEST_F(StorageFaultTest, FullDiskDuringASnapshotLeavesNoSnapshot) {
+  TempDir tmp;
+  CorpusRegistry r(backend_.get(), limits_);
+  auto c = r.Create(config_);
+  ASSERT_THAT(c, IsOk());
+  ASSERT_THAT((*c)->Append(Docs("a", 6)), IsOk());
+  const std::string snaps = tmp.path() + "/snaps";
+  ASSERT_THAT(r.SnapshotCorpus("c", snaps + "/v1"), IsOk());
+  const auto v1 = Reopened(snaps + "/v1");
+  ASSERT_THAT((*c)->Append(Docs("b", 3, 1.f)), IsOk());
+  ASSERT_THAT((*c)->Delete({"a2"}, false), IsOk());
+  for (const char* point : kStoragePoints) {
+    for (int n = 1;; ++n) {
+      SCOPED_TRACE(::testing::Message() << point << " failing at hit " << n);
+      ASSERT_LT(n, 50);
+      const std::string path = absl::StrCat(snaps, "/v2-", point, "-", n);
+      absl::StatusOr<int64_t> s;
+      {
+        fault::ScopedFault full_disk(point, fault::Schedule::NthHit(n));
+        s = r.SnapshotCorpus("c", path);
+        if (fault::Failures(point) == 0) {
+          ASSERT_THAT(s, IsOk());
+          EXPECT_EQ(Reopened(path), Contents(*(*c)->Snapshot()));
+          ASSERT_EQ(system(absl::StrCat("rm -rf '", path, "'").c_str()), 0);
+          break;
+        }
+      }
+      EXPECT_THAT(
+          s, StatusIs(absl::StatusCode::kResourceExhausted,
+                      ::testing::AllOf(HasSubstr(path),
+                                       HasSubstr("No space left on device"))));
+      EXPECT_EQ(ListFiles(snaps).value(), std::vector<std::string>{"v1"});
+      EXPECT_EQ(Reopened(snaps + "/v1"), v1);
+    }
+  }
+}
+
+// Switching an alias with the disk full at any step keeps the old target,
+// in memory and after a reload.
+TEST_F(StorageFaultTest, FullDiskWhileSwitchingAnAliasKeepsTheOldTarget) {
+  TempDir tmp;
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  for (const char* name : {"v1", "v2"}) {
+    config_.name = name;
+    ASSERT_THAT(r.Create(config_), IsOk());
+  }
+  ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());
+  const std::map<std::string, std::string> before = {{"prod", "v1"}};
+  for (const char* point : kStoragePoints) {
+    for (int n = 1;; ++n) {
+      SCOPED_TRACE(::testing::Message() << point << " failing at hit " << n);
+      ASSERT_LT(n, 20);
+      absl::StatusOr<std::string> s;
+      int64_t failures = 0;
+      {
+        fault::ScopedFault full_disk(point, fault::Schedule::NthHit(n));
+        s = r.SetAlias("prod", "v2");
+        failures = fault::Failures(point);
+      }
+      if (failures == 0) {
+        ASSERT_THAT(s, IsOk());
+        ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());  // for the next point
+        break;
+      }
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
+      EXPECT_EQ(r.Aliases(), before);
+      CorpusRegistry reloaded(backend_.get(), limits_, tmp.path());
+      ASSERT_THAT(reloaded.LoadAll(), IsOk());
+      EXPECT_EQ(reloaded.Aliases(), before);
+    }
   }
 }
 

@@ -1,11 +1,14 @@
 // GpuBackend: creation, Upload (including out-of-memory), argument errors,
-// timing, and a corpus of more than 2^31 elements.
+// timing, a corpus of more than 2^31 elements, and failures injected at the
+// fault points gpu.malloc and gpu.kernel (the twins of maxsim_cpu_test's
+// CpuBackendFaultTest).
 #include "kernels/gpu_backend.h"
 
 #include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/fault_injection.h"
 #include "kernels/half.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -219,6 +222,84 @@ TEST(GpuBackendTest, CorpusBeyond2To31Elements) {
   ASSERT_EQ(gathered[0].size(), 4u);
   EXPECT_EQ(gathered[0][0].index, planted[1]);
   EXPECT_EQ(gathered[0][1].index, planted[0]);
+}
+
+// The fault points of the GPU backend (kernels/fault_injection.h).
+class GpuBackendFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fault::kEnabled) {
+      GTEST_SKIP() << "this build has no fault injection "
+                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
+    }
+    MAXSIMD_SKIP_WITHOUT_GPU();
+    std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+    segment_ = RandomSegment(rng, 20, 1, 8, 64, DType::kFloat16, 0);
+    query_ = RandomQuery(rng, 4, 64);
+  }
+  void TearDown() override { fault::DisarmAll(); }
+
+  HostSegment segment_;
+  std::vector<float> query_;
+};
+
+TEST_F(GpuBackendFaultTest, KernelFaultIsSticky) {
+  // A backend of its own: this one ends unhealthy.
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  DeviceSegment d = Upload(*backend, segment_);
+  Batch batch;
+  batch.dim = 64;
+  batch.refs = {d.ref};
+  batch.AddQuery(query_, 5);
+  ::maxsimd::testing::ExpectMatchesReference(*backend, batch, DType::kFloat16);
+  fault::ScopedFault fault(fault::kGpuKernel, fault::Schedule::Once());
+  std::vector<std::vector<ScoredDoc>> got(1);
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::HasSubstr("cudaErrorLaunchFailure")));
+  EXPECT_FALSE(backend->healthy());
+  // The point failed once; every later call fails on the backend's state.
+  const auto failed = StatusIs(absl::StatusCode::kUnavailable,
+                               ::testing::HasSubstr("has failed"));
+  EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(got), nullptr),
+              failed);
+  const float data[4] = {};
+  EXPECT_THAT(backend->Upload(data, sizeof(data)), failed);
+  EXPECT_THAT(backend->Pin(data, sizeof(data)), failed);
+  EXPECT_EQ(fault::Hits(fault::kGpuKernel), 1);
+}
+
+TEST_F(GpuBackendFaultTest, MallocFaultIsResourceExhaustedAndNotSticky) {
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  const int64_t held = backend->Memory()[0].corpus_bytes;
+  fault::ScopedFault fault(fault::kGpuMalloc, fault::Schedule::NthHit(2));
+  const float data[4] = {};
+  absl::StatusOr<std::unique_ptr<ResidentBuffer>> first =
+      backend->Upload(data, sizeof(data));
+  MAXSIMD_EXPECT_OK(first);
+  EXPECT_THAT(backend->Upload(data, sizeof(data)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("16 bytes do not fit on gpu:0")));
+  EXPECT_EQ(fault::Failures(fault::kGpuMalloc), 1);
+  EXPECT_TRUE(backend->healthy());
+  first->reset();  // frees the first buffer
+  EXPECT_EQ(backend->Memory()[0].corpus_bytes, held);
+  DeviceSegment d = Upload(*backend, segment_);
+  Batch batch;
+  batch.dim = 64;
+  batch.refs = {d.ref};
+  batch.AddQuery(query_, 5);
+  ::maxsimd::testing::ExpectMatchesReference(*backend, batch, DType::kFloat16);
+}
+
+TEST_F(GpuBackendFaultTest, MallocFaultAtCreationIsAnError) {
+  fault::ScopedFault fault(fault::kGpuMalloc, fault::Schedule::NthHit(3));
+  EXPECT_THAT(GpuBackend::Create(::maxsimd::testing::TestOptions()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("DeviceMalloc")));
+  EXPECT_EQ(fault::Failures(fault::kGpuMalloc), 1);
 }
 
 }  // namespace

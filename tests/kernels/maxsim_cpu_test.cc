@@ -1,4 +1,5 @@
-// CPU backend against the scalar reference on random ragged shapes.
+// CPU backend against the scalar reference on random ragged shapes; its
+// failures at the fault points cpu.search and cpu.alloc.
 #include "kernels/maxsim_cpu.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/fault_injection.h"
 #include "kernels/maxsim_reference.h"
 #include "tests/support/plaid_segment.h"
 #include "tests/support/ranking.h"
@@ -384,6 +386,63 @@ TEST(CpuBackendTest, PlaidScoresFollowTheStatedFormula) {
       MakeBackend()->Search(batch.Params(), absl::MakeSpan(got), nullptr),
       StatusIs(absl::StatusCode::kInvalidArgument,
                ::testing::HasSubstr("segments[0] is PLAID and lacks")));
+}
+
+// The fault points of the CPU backend (kernels/fault_injection.h).
+class CpuBackendFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fault::kEnabled) {
+      GTEST_SKIP() << "this build has no fault injection "
+                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
+    }
+    std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+    segment_ = RandomSegment(rng, 20, 1, 8, 16, DType::kFloat16, 0);
+    batch_.dim = 16;
+    batch_.refs = {Ref(segment_)};
+    batch_.AddQuery(RandomQuery(rng, 4, 16), 5);
+    batch_.AddQuery(RandomQuery(rng, 3, 16), 7);
+  }
+  void TearDown() override { fault::DisarmAll(); }
+
+  HostSegment segment_;
+  Batch batch_;
+};
+
+TEST_F(CpuBackendFaultTest, SearchFaultIsStickyAsOnTheGpu) {
+  auto backend = MakeBackend();
+  ExpectMatchesReference(*backend, batch_.Params());
+  EXPECT_TRUE(backend->healthy());
+  fault::ScopedFault fault(fault::kCpuSearch, fault::Schedule::Once());
+  std::vector<std::vector<ScoredDoc>> got(2);
+  EXPECT_THAT(backend->Search(batch_.Params(), absl::MakeSpan(got), nullptr),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       ::testing::HasSubstr("fault point cpu.search")));
+  EXPECT_FALSE(backend->healthy());
+  // The point failed once; every later call fails on the backend's state.
+  const auto failed = StatusIs(absl::StatusCode::kUnavailable,
+                               ::testing::HasSubstr("has failed"));
+  EXPECT_THAT(backend->Search(batch_.Params(), absl::MakeSpan(got), nullptr),
+              failed);
+  const float data[4] = {};
+  EXPECT_THAT(backend->Upload(data, sizeof(data)), failed);
+  EXPECT_THAT(backend->Pin(data, sizeof(data)), failed);
+  EXPECT_EQ(fault::Hits(fault::kCpuSearch), 1);
+  EXPECT_FALSE(backend->healthy());
+}
+
+TEST_F(CpuBackendFaultTest, AllocationFaultIsResourceExhaustedAndNotSticky) {
+  auto backend = MakeBackend();
+  fault::ScopedFault fault(fault::kCpuAlloc, fault::Schedule::NthHit(2));
+  const float data[4] = {};
+  MAXSIMD_EXPECT_OK(backend->Upload(data, sizeof(data)));
+  EXPECT_THAT(backend->Upload(data, sizeof(data)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("16 bytes do not fit")));
+  MAXSIMD_EXPECT_OK(backend->Pin(data, sizeof(data)));
+  EXPECT_EQ(fault::Failures(fault::kCpuAlloc), 1);
+  EXPECT_TRUE(backend->healthy());
+  ExpectMatchesReference(*backend, batch_.Params());
 }
 
 }  // namespace
