@@ -28,6 +28,7 @@
 #include "kernels/element.h"
 #include "kernels/fault_injection.h"
 #include "kernels/maxsim_cpu.h"
+#include "tests/support/fault_skip.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -1080,12 +1081,7 @@ TEST_F(StorageTest, Int8CorpusReopensBitIdenticallyIncludingAfterCompaction) {
 
 class StorageFaultTest : public StorageTest {
  protected:
-  void SetUp() override {
-    if (!fault::kEnabled) {
-      GTEST_SKIP() << "this build has no fault injection "
-                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
-    }
-  }
+  void SetUp() override { MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION(); }
   void TearDown() override { fault::DisarmAll(); }
 
   // The corpus in `dir` as a reopen reads it.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/fault_skip.h"
 
 namespace maxsimd {
 namespace {
@@ -24,12 +25,7 @@ std::string Pattern(const char* point, int n) {
 
 class FaultInjectionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!fault::kEnabled) {
-      GTEST_SKIP() << "this build has no fault injection "
-                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
-    }
-  }
+  void SetUp() override { MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION(); }
   void TearDown() override { fault::DisarmAll(); }
 };
 

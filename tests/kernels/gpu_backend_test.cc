@@ -11,6 +11,7 @@
 #include "kernels/fault_injection.h"
 #include "kernels/half.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/support/fault_skip.h"
 
 namespace maxsimd {
 namespace {
@@ -228,10 +229,7 @@ TEST(GpuBackendTest, CorpusBeyond2To31Elements) {
 class GpuBackendFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fault::kEnabled) {
-      GTEST_SKIP() << "this build has no fault injection "
-                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
-    }
+    MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION();
     MAXSIMD_SKIP_WITHOUT_GPU();
     std::mt19937_64 rng(::maxsimd::testing::TestSeed());
     segment_ = RandomSegment(rng, 20, 1, 8, 64, DType::kFloat16, 0);

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/fault_injection.h"
 #include "kernels/maxsim_reference.h"
+#include "tests/support/fault_skip.h"
 #include "tests/support/plaid_segment.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
@@ -392,10 +393,7 @@ TEST(CpuBackendTest, PlaidScoresFollowTheStatedFormula) {
 class CpuBackendFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fault::kEnabled) {
-      GTEST_SKIP() << "this build has no fault injection "
-                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
-    }
+    MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION();
     std::mt19937_64 rng(::maxsimd::testing::TestSeed());
     segment_ = RandomSegment(rng, 20, 1, 8, 16, DType::kFloat16, 0);
     batch_.dim = 16;

@@ -43,6 +43,7 @@
 #include "kernels/fault_injection.h"
 #include "kernels/gpu_backend.h"
 #include "server/server.h"
+#include "tests/support/fault_skip.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -221,10 +222,7 @@ class ServerFixture : public ::testing::Test {
 class FaultTest : public ServerFixture {
  protected:
   void SetUp() override {
-    if (!fault::kEnabled) {
-      GTEST_SKIP() << "this build has no fault injection "
-                      "(configure with -DMAXSIMD_FAULT_INJECTION=ON)";
-    }
+    MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION();
     ServerFixture::SetUp();
   }
 };
