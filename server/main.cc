@@ -94,6 +94,10 @@ ABSL_FLAG(int32_t, max_candidates, 100000,
 ABSL_FLAG(int32_t, max_top_k, maxsimd::kMaxTopK, "Largest top_k accepted");
 ABSL_FLAG(int32_t, max_batch_queries, 256,
           "Most queries in one RerankBatch request");
+ABSL_FLAG(int32_t, max_stream_in_flight, 1024,
+          "Most requests of one RerankStream read and not yet answered; at "
+          "the limit the stream's next request is read once a response is "
+          "written (bounds what a client that stops reading costs)");
 ABSL_FLAG(int64_t, max_queued_queries, 4096,
           "Most queries waiting for an executor, all corpora together; beyond "
           "it requests get RESOURCE_EXHAUSTED at once");
@@ -253,6 +257,8 @@ int main(int argc, char** argv) {
   o.request_limits.max_candidates = absl::GetFlag(FLAGS_max_candidates);
   o.request_limits.max_top_k = absl::GetFlag(FLAGS_max_top_k);
   o.request_limits.max_batch_queries = absl::GetFlag(FLAGS_max_batch_queries);
+  o.request_limits.max_stream_in_flight =
+      absl::GetFlag(FLAGS_max_stream_in_flight);
   if (o.request_limits.max_top_k < 1 ||
       o.request_limits.max_top_k > maxsimd::kMaxTopK) {
     return Fail(
@@ -260,10 +266,11 @@ int main(int argc, char** argv) {
   }
   if (o.request_limits.max_query_tokens < 1 ||
       o.request_limits.max_candidates < 1 ||
-      o.request_limits.max_batch_queries < 1) {
+      o.request_limits.max_batch_queries < 1 ||
+      o.request_limits.max_stream_in_flight < 1) {
     return Fail(
-        "--max_query_tokens, --max_candidates and --max_batch_queries "
-        "must be at least 1");
+        "--max_query_tokens, --max_candidates, --max_batch_queries and "
+        "--max_stream_in_flight must be at least 1");
   }
   o.corpus_limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);

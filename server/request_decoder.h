@@ -27,6 +27,12 @@ struct RequestLimits {
   int32_t max_candidates = 100000;
   int32_t max_top_k = 4096;  // at most kMaxTopK
   int32_t max_batch_queries = 256;
+  // Most requests of one RerankStream read and not yet answered (submitted,
+  // or answered but not yet written to the client). At the limit the server
+  // reads that stream's next request only once a response is written, so a
+  // client that stops reading holds at most this many responses in the
+  // server's memory; its further writes wait in the transport.
+  int32_t max_stream_in_flight = 1024;
 };
 
 inline constexpr int32_t kDefaultTopK = 10;

@@ -200,9 +200,11 @@ namespace {
 
 // One RerankStream call. Reads requests one after another, submits each to
 // the scheduler, and writes each response when its query finishes (one
-// write in flight at a time, others queued). Finishes once the client has
-// half-closed (or the call broke), every submitted query has answered and
-// every response is written. Deletes itself in OnDone.
+// write in flight at a time, others queued). With limits.max_stream_in_flight
+// requests read and not yet written, it stops reading until a write
+// completes. Finishes once the client has half-closed (or the call broke),
+// every submitted query has answered and every response is written. Deletes
+// itself in OnDone.
 class StreamReactor final
     : public grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse> {
  public:
@@ -254,6 +256,12 @@ class StreamReactor final
       Answer(std::move(response), task.status(), arrival,
              /*was_pending=*/false);
     }
+    absl::MutexLock lock(&mu_);
+    if (InFlightLocked() >= service_->limits().max_stream_in_flight) {
+      read_paused_ = true;  // OnWriteDone resumes
+      MaybeFinishLocked();
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -266,6 +274,11 @@ class StreamReactor final
       writing_ = true;
       StartWrite(outbox_.front().get());
     }
+    if (read_paused_ && !broken_ &&
+        InFlightLocked() < service_->limits().max_stream_in_flight) {
+      read_paused_ = false;
+      StartRead(&request_);
+    }
     MaybeFinishLocked();
   }
 
@@ -273,6 +286,7 @@ class StreamReactor final
     {
       absl::MutexLock lock(&mu_);
       broken_ = true;
+      MaybeFinishLocked();  // a paused stream may have nothing else coming
     }
     // Without mu_: the withdrawn queries' `done` calls Answer().
     service_->scheduler()->Cancel(cancel_key_);
@@ -310,13 +324,20 @@ class StreamReactor final
     MaybeFinishLocked();
   }
 
+  // Requests read and not yet written to the client.
+  // REQUIRES: mu_ held.
+  int64_t InFlightLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_ + static_cast<int64_t>(outbox_.size());
+  }
+
   // REQUIRES: mu_ held.
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || pending_ > 0 || writing_) return;
     if (!reads_done_ && !broken_) return;
-    // After a break, reads still end with OnReadDone(false); wait for it so
-    // no read is in flight when the call completes.
-    if (!reads_done_) return;
+    // After a break, a read in flight still ends with OnReadDone(false);
+    // wait for it so no read is in flight when the call completes. A paused
+    // stream has none.
+    if (!reads_done_ && !read_paused_) return;
     finished_ = true;
     Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED,
                                   "the stream was cancelled")
@@ -332,6 +353,7 @@ class StreamReactor final
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // at the in-flight limit
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

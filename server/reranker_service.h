@@ -58,6 +58,7 @@ class RerankerService final : public v1::Reranker::CallbackService {
 
   Scheduler* scheduler() const { return scheduler_; }
   Metrics* metrics() const { return metrics_; }
+  const RequestLimits& limits() const { return limits_; }
 
  private:
   CorpusRegistry* const corpora_;

@@ -9,7 +9,10 @@
 //     cleanly, leaving no snapshot at its path and the previous snapshot
 //     intact;
 //   - a client that stops reading its RerankStream does not hold up other
-//     clients, and gets every response once it reads again.
+//     clients, and gets every response once it reads again;
+//   - such a stream is read no further than --max_stream_in_flight requests
+//     ahead of its written responses, and a cancel while it waits there
+//     ends the call.
 //
 // The allocation and kernel tests run on the CPU backend (fault points
 // cpu.alloc, cpu.search) and on GPU 0 (gpu.malloc, gpu.kernel): the same
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -44,6 +48,7 @@
 #include "kernels/gpu_backend.h"
 #include "server/server.h"
 #include "tests/support/fault_skip.h"
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -464,13 +469,81 @@ INSTANTIATE_TEST_SUITE_P(StoragePoints, SnapshotFaultTest,
                            return name;
                          });
 
-// No fault point: it runs in every build.
-class SlowClientTest : public ServerFixture {};
+// No fault point: these run in every build.
+class SlowClientTest : public ServerFixture {
+ protected:
+  // Counts the queries the backend searched.
+  class CountingBackend : public testing::ForwardingBackend {
+   public:
+    using ForwardingBackend::ForwardingBackend;
+    absl::Status Search(const SearchParams& params,
+                        absl::Span<std::vector<ScoredDoc>> results,
+                        SearchTiming* timing) override {
+      searched += params.num_queries;
+      return ForwardingBackend::Search(params, results, timing);
+    }
+    std::atomic<int64_t> searched{0};
+  };
+
+  // Starts a CPU server whose streams read at most `limit` requests ahead,
+  // with a counting backend, and a corpus "slow" of kSlowDocs documents.
+  void StartLimited(int limit) {
+    ASSERT_NO_FATAL_FAILURE(
+        StartServer(BackendChoice::kCpu, [this, limit](ServerOptions& o) {
+          o.request_limits.max_stream_in_flight = limit;
+          o.backend_factory = [this](const ServerOptions& options)
+              -> absl::StatusOr<std::unique_ptr<Backend>> {
+            absl::StatusOr<std::unique_ptr<Backend>> inner =
+                CreateBackend(options);
+            if (!inner.ok()) return inner.status();
+            auto counting =
+                std::make_unique<CountingBackend>(*std::move(inner));
+            counting_ = counting.get();
+            return counting;
+          };
+        }));
+    ASSERT_NE(counting_, nullptr);
+    ASSERT_NO_FATAL_FAILURE(CreateCorpus("slow", kDim));
+    MAXSIMD_ASSERT_OK(client_->AddDocuments(
+        "slow", MakeDocs("document-", kSlowDocs, 1, kDim)));
+  }
+
+  // A channel whose receive window (64 KiB) does not grow, so the server's
+  // writes to a client that reads nothing wait after a few responses of
+  // top_k = every document (about 20 KB each).
+  std::unique_ptr<v1::Reranker::Stub> NarrowStub() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindow);
+    return v1::Reranker::NewStub(grpc::CreateCustomChannel(
+        Target(), grpc::InsecureChannelCredentials(), args));
+  }
+
+  // Writes `n` requests for every document of "slow", then half-closes.
+  std::thread StartWriter(
+      grpc::ClientReaderWriter<v1::RerankRequest, v1::RerankResponse>* stream,
+      int n) {
+    return std::thread([this, stream, n] {
+      for (int i = 0; i < n; ++i) {
+        v1::RerankRequest r =
+            client_->ToRequest(MakeQuery("slow", i, {}, kDim));
+        r.set_top_k(kSlowDocs);
+        r.set_request_id(absl::StrCat("slow-", i));
+        if (!stream->Write(r)) break;
+      }
+      stream->WritesDone();
+    });
+  }
+
+  static constexpr int kDim = 16;
+  static constexpr int kSlowDocs = 1000;
+  static constexpr int kWindow = 64 << 10;
+  CountingBackend* counting_ = nullptr;
+};
 
 TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   ASSERT_NO_FATAL_FAILURE(StartServer(BackendChoice::kCpu));
-  constexpr int kDim = 16;
-  constexpr int kDocs = 1000;
+  constexpr int kDocs = kSlowDocs;
   // The slow client queries one corpus, the others another: the scheduler
   // serves corpora in turn, so the others wait for one batch of the slow
   // client's at most, whatever it has queued (that is fairness, tested in
@@ -481,28 +554,13 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   ASSERT_NO_FATAL_FAILURE(CreateCorpus("s", kDim));
   MAXSIMD_ASSERT_OK(client_->AddDocuments("s", MakeDocs("d", 100, 2, kDim)));
 
-  // The slow client: a receive window of 64 KiB that does not grow, so the
-  // server's writes to it wait after a few of its responses (about 20 KB
-  // each: top_k = every document).
-  constexpr int kWindow = 64 << 10;
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindow);
-  auto stub = v1::Reranker::NewStub(grpc::CreateCustomChannel(
-      Target(), grpc::InsecureChannelCredentials(), args));
+  // The slow client, on a narrow channel.
+  auto stub = NarrowStub();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   auto stream = stub->RerankStream(&ctx);
   constexpr int kSlow = 400;
-  std::thread writer([&] {
-    for (int i = 0; i < kSlow; ++i) {
-      v1::RerankRequest r = client_->ToRequest(MakeQuery("slow", i, {}, kDim));
-      r.set_top_k(kDocs);
-      r.set_request_id(absl::StrCat("slow-", i));
-      if (!stream->Write(r)) break;
-    }
-    stream->WritesDone();
-  });
+  std::thread writer = StartWriter(stream.get(), kSlow);
 
   // While it reads nothing, another client's calls are answered promptly.
   const absl::Time start = absl::Now();
@@ -541,6 +599,64 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   // Far more than its window: the server's writes to it were held up
   // while the other client was answered.
   EXPECT_GT(bytes, size_t{16} * kWindow);
+}
+
+TEST_F(SlowClientTest, StreamIsReadNoFurtherThanItsInFlightLimitAhead) {
+  constexpr int kLimit = 8;
+  ASSERT_NO_FATAL_FAILURE(StartLimited(kLimit));
+  auto stub = NarrowStub();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->RerankStream(&ctx);
+  constexpr int kRequests = 200;
+  std::thread writer = StartWriter(stream.get(), kRequests);
+
+  // It reads nothing for a second, ample time to search all 200 queries:
+  // the server reads the limit ahead of the responses the window took,
+  // and searches no more.
+  absl::SleepFor(absl::Seconds(1));
+  const int64_t searched = counting_->searched.load();
+  EXPECT_GE(searched, kLimit);
+  EXPECT_LE(searched, 3 * kLimit);
+
+  // Then it reads: every request is answered once, whole.
+  std::map<std::string, int> answers;
+  v1::RerankResponse response;
+  while (stream->Read(&response)) {
+    EXPECT_EQ(response.status_code(), 0) << response.status_message();
+    EXPECT_EQ(response.results_size(), kSlowDocs);
+    ++answers[response.request_id()];
+  }
+  writer.join();
+  const grpc::Status finished = stream->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  EXPECT_EQ(answers.size(), size_t{kRequests});
+  for (const auto& [id, count] : answers) EXPECT_EQ(count, 1) << id;
+  EXPECT_EQ(counting_->searched.load(), kRequests);
+}
+
+TEST_F(SlowClientTest, CancelWhileAtTheInFlightLimitEndsTheCall) {
+  constexpr int kLimit = 4;
+  ASSERT_NO_FATAL_FAILURE(StartLimited(kLimit));
+  auto stub = NarrowStub();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->RerankStream(&ctx);
+  std::thread writer = StartWriter(stream.get(), 100);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_LE(counting_->searched.load(), 3 * kLimit);
+  ctx.TryCancel();
+  writer.join();
+  EXPECT_FALSE(stream->Finish().ok());
+
+  // The server is not left holding the call: it answers others, and it
+  // shuts down well within its 5 s drain.
+  absl::StatusOr<v1::RerankResponse> r =
+      client_->Rerank(MakeQuery("slow", 7, {}, kDim));
+  EXPECT_TRUE(r.ok()) << r.status();
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
 }
 
 }  // namespace
