@@ -66,6 +66,15 @@
 #ifndef MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
 #define MAXSIMD_KERNELS_DETAIL_MAXSIM_TMA_KERNEL_CUH_
 
+// Timing probes (bench/probe.sh), never for results: MAXSIMD_TMA_PROBE=1
+// replaces the epilogue by one max over each part's cells (the scores are
+// then wrong; the run shows what the MMAs and the data flow alone take);
+// =2 keeps every block's first query tiles resident instead of streaming
+// them (wrong scores; what streaming the tiles from L2 costs).
+#ifndef MAXSIMD_TMA_PROBE
+#define MAXSIMD_TMA_PROBE 0
+#endif
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -340,6 +349,9 @@ struct TmaBlock {
   int32_t ta;      // the unit's first tile (global index)
   int32_t ntiles;  // and how many
   bool resident;   // query tiles loaded once, not per chunk
+#if MAXSIMD_TMA_PROBE == 1
+  float probe_sink = 0.f;  // keeps the probe's maxima (and MMAs) alive
+#endif
 
   // ---- producer: the whole warp runs it (uniform control flow); lane 0
   // writes the headers and issues the copies.
@@ -347,7 +359,9 @@ struct TmaBlock {
   __device__ void Produce(int64_t unit) {
     const int lane = threadIdx.x & 31;
     if (resident && lane == 0) {
-      for (int i = 0; i < ntiles; ++i) {
+      const int loaded =
+          MAXSIMD_TMA_PROBE == 2 ? min(ntiles, kWG * S::kQStages) : ntiles;
+      for (int i = 0; i < loaded; ++i) {
         LoadQueryTile(i, (i % kWG) * S::kQStages + i / kWG);
       }
     }
@@ -692,11 +706,19 @@ struct TmaBlock {
       Finalize(h, nseg);
       part = part == part_base ? part_base + S::kPartBytes / 4 : part_base;
     }
+#if MAXSIMD_TMA_PROBE == 1
+    if (probe_sink == 1234.5f) p.scores[threadIdx.x] = probe_sink;
+#endif
   }
 
   // Waits for this warpgroup's k-th query tile of chunk c; returns its slot.
   __device__ __forceinline__ int AcquireTile(int64_t c, int nw, int k, int wg) {
     if (resident) {
+      if constexpr (MAXSIMD_TMA_PROBE == 2) {
+        const int slot = wg * S::kQStages + k % S::kQStages;
+        if (c == 0 && k < S::kQStages) MbarWait(&qfull[slot], 0);
+        return slot;
+      }
       const int slot = wg * S::kQStages + k;
       if (c == 0) MbarWait(&qfull[slot], 0);
       return slot;
@@ -1223,6 +1245,14 @@ struct TmaBlock {
                                                int base, float& pend0,
                                                float& pend1) {
     static_assert(kCols <= kTmaPartCols, "one part per pass");
+#if MAXSIMD_TMA_PROBE == 1
+    {
+      float m0, m1;
+      FullMax<kCols>(acc, m0, m1);
+      probe_sink = fmaxf(probe_sink, m0 + m1);
+      return;
+    }
+#endif
     const int warp = (threadIdx.x / 32) % 4;
     if (kWG == 1 && warp >= 2) return;  // rows past a 32-row tile
     const int t = threadIdx.x & 3;
@@ -1345,7 +1375,8 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
     b.ntiles = g1 - g0;
   }
   if (b.ntiles <= 0) return;  // the whole block: nothing of this query here
-  b.resident = (b.ntiles + kWG - 1) / kWG <= S::kQStages;
+  b.resident =
+      MAXSIMD_TMA_PROBE == 2 || (b.ntiles + kWG - 1) / kWG <= S::kQStages;
   {
     const int qa = b.gather ? b.query : p.q_begin;
     const int nq = b.gather ? 1 : p.q_end - p.q_begin;
