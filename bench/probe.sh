@@ -17,6 +17,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../scripts/bundle_env.sh
+source "$root/scripts/bundle_env.sh"
 probe=$root/.probe
 probes=(0 1 2)
 
@@ -38,11 +40,7 @@ build() {
 }
 
 run() {
-  if [[ ! -d $probe/bin && -f $probe.tgz ]]; then
-    mkdir -p "$probe"
-    tar -C "$probe" -xzf "$probe.tgz"
-  fi
-  export LD_LIBRARY_PATH=$probe/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  use_bundle "$probe"
   local shape=${SHAPE:-colbert_batch64_scan_100k}
   local out=${OUT:-$probe/out}
   mkdir -p "$out"

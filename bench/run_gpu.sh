@@ -24,6 +24,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../scripts/bundle_env.sh
+source "$root/scripts/bundle_env.sh"
 build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=$root/.bundle
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
@@ -57,11 +59,7 @@ build() {
 # Unpacks the bundle archive where only the archive was carried, and puts
 # the bundled libraries on the search path.
 ensure_bundle() {
-  if [[ ! -d $bundle/bin && -f $bundle.tgz ]]; then
-    mkdir -p "$bundle"
-    tar -C "$bundle" -xzf "$bundle.tgz"
-  fi
-  export LD_LIBRARY_PATH=$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  use_bundle "$bundle"
 }
 
 # The sharded corpus test's GPU instances, the end-to-end tests against a

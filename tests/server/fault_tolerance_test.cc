@@ -508,21 +508,34 @@ class SlowClientTest : public ServerFixture {
         "slow", MakeDocs("document-", kSlowDocs, 1, kDim)));
   }
 
-  // A channel whose receive window (64 KiB) does not grow, so the server's
-  // writes to a client that reads nothing wait after a few responses of
-  // top_k = every document (about 20 KB each).
-  std::unique_ptr<v1::Reranker::Stub> NarrowStub() const {
+  // A RerankStream call (60 s deadline) on a channel whose receive window
+  // (64 KiB) does not grow, so the server's writes to a client that reads
+  // nothing wait after a few responses of top_k = every document (about
+  // 20 KB each).
+  struct NarrowStream {
+    std::unique_ptr<v1::Reranker::Stub> stub;
+    grpc::ClientContext ctx;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::RerankRequest, v1::RerankResponse>>
+        stream;
+  };
+  std::unique_ptr<NarrowStream> OpenNarrowStream() const {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kWindow);
-    return v1::Reranker::NewStub(grpc::CreateCustomChannel(
+    auto call = std::make_unique<NarrowStream>();
+    call->stub = v1::Reranker::NewStub(grpc::CreateCustomChannel(
         Target(), grpc::InsecureChannelCredentials(), args));
+    call->ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(60));
+    call->stream = call->stub->RerankStream(&call->ctx);
+    return call;
   }
 
-  // Writes `n` requests for every document of "slow", then half-closes.
-  std::thread StartWriter(
-      grpc::ClientReaderWriter<v1::RerankRequest, v1::RerankResponse>* stream,
-      int n) {
+  // Writes `n` requests for every document of "slow" to the call, then
+  // half-closes.
+  std::thread StartWriter(NarrowStream* call, int n) {
+    auto* stream = call->stream.get();
     return std::thread([this, stream, n] {
       for (int i = 0; i < n; ++i) {
         v1::RerankRequest r =
@@ -555,12 +568,10 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   MAXSIMD_ASSERT_OK(client_->AddDocuments("s", MakeDocs("d", 100, 2, kDim)));
 
   // The slow client, on a narrow channel.
-  auto stub = NarrowStub();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto stream = stub->RerankStream(&ctx);
+  auto call = OpenNarrowStream();
+  auto& stream = call->stream;
   constexpr int kSlow = 400;
-  std::thread writer = StartWriter(stream.get(), kSlow);
+  std::thread writer = StartWriter(call.get(), kSlow);
 
   // While it reads nothing, another client's calls are answered promptly.
   const absl::Time start = absl::Now();
@@ -604,12 +615,10 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
 TEST_F(SlowClientTest, StreamIsReadNoFurtherThanItsInFlightLimitAhead) {
   constexpr int kLimit = 8;
   ASSERT_NO_FATAL_FAILURE(StartLimited(kLimit));
-  auto stub = NarrowStub();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto stream = stub->RerankStream(&ctx);
+  auto call = OpenNarrowStream();
+  auto& stream = call->stream;
   constexpr int kRequests = 200;
-  std::thread writer = StartWriter(stream.get(), kRequests);
+  std::thread writer = StartWriter(call.get(), kRequests);
 
   // It reads nothing for a second, ample time to search all 200 queries:
   // the server reads the limit ahead of the responses the window took,
@@ -638,14 +647,12 @@ TEST_F(SlowClientTest, StreamIsReadNoFurtherThanItsInFlightLimitAhead) {
 TEST_F(SlowClientTest, CancelWhileAtTheInFlightLimitEndsTheCall) {
   constexpr int kLimit = 4;
   ASSERT_NO_FATAL_FAILURE(StartLimited(kLimit));
-  auto stub = NarrowStub();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto stream = stub->RerankStream(&ctx);
-  std::thread writer = StartWriter(stream.get(), 100);
+  auto call = OpenNarrowStream();
+  auto& stream = call->stream;
+  std::thread writer = StartWriter(call.get(), 100);
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_LE(counting_->searched.load(), 3 * kLimit);
-  ctx.TryCancel();
+  call->ctx.TryCancel();
   writer.join();
   EXPECT_FALSE(stream->Finish().ok());
 
