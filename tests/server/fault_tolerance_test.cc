@@ -556,14 +556,13 @@ class SlowClientTest : public ServerFixture {
 
 TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   ASSERT_NO_FATAL_FAILURE(StartServer(BackendChoice::kCpu));
-  constexpr int kDocs = kSlowDocs;
   // The slow client queries one corpus, the others another: the scheduler
   // serves corpora in turn, so the others wait for one batch of the slow
   // client's at most, whatever it has queued (that is fairness, tested in
   // scheduler_test; here the question is what its unread responses do).
   ASSERT_NO_FATAL_FAILURE(CreateCorpus("slow", kDim));
   MAXSIMD_ASSERT_OK(
-      client_->AddDocuments("slow", MakeDocs("document-", kDocs, 1, kDim)));
+      client_->AddDocuments("slow", MakeDocs("document-", kSlowDocs, 1, kDim)));
   ASSERT_NO_FATAL_FAILURE(CreateCorpus("s", kDim));
   MAXSIMD_ASSERT_OK(client_->AddDocuments("s", MakeDocs("d", 100, 2, kDim)));
 
@@ -599,7 +598,7 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   v1::RerankResponse response;
   while (stream->Read(&response)) {
     EXPECT_EQ(response.status_code(), 0) << response.status_message();
-    EXPECT_EQ(response.results_size(), kDocs);
+    EXPECT_EQ(response.results_size(), kSlowDocs);
     bytes += response.ByteSizeLong();
     ++read;
   }
