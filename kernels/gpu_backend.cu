@@ -1498,7 +1498,10 @@ absl::Status GpuBackendImpl::RunSearch(
         const int64_t slots =
             int64_t{sm_count_} *
             TmaBlocksPerSm(tma.warpgroups, int8_mma ? dim : 0) * 8;
-        t.docs_per_unit = std::max<int64_t>(1, (clen + slots - 1) / slots);
+        t.docs_per_unit =
+            options_.tma_scan_docs_per_unit > 0
+                ? options_.tma_scan_docs_per_unit
+                : std::max<int64_t>(1, (clen + slots - 1) / slots);
         t.scores = w.scores;
         t.score_stride = clen;
         MAXSIMD_RETURN_IF_ERROR(launch_tma(t));

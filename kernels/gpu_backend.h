@@ -52,6 +52,11 @@ struct GpuBackendOptions {
   // Rows per copy of a TMA scan (16 or 64): a tuning knob, measured by
   // bench/maxsim_bench --tma-box.
   int tma_scan_box_rows = 64;
+  // Documents per work unit of a TMA scan (0: enough units for about eight
+  // waves of blocks). A unit's documents share chunks, so a small corpus
+  // with units of one document never has two in a chunk: the tests set it
+  // to reach the kernel's multi-document chunks on a small corpus.
+  int64_t tma_scan_docs_per_unit = 0;
   // Query tiles one TMA scan launch covers (0: the kernel's limit, 32 tiles
   // of 64 rows). Fewer tiles per launch keep them resident in shared memory
   // (up to 4) instead of streamed from L2 per chunk, but read the corpus

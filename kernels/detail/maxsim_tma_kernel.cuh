@@ -107,9 +107,30 @@ struct TmaSeg {
 // consumer): the header indexes segments by part of this width.
 inline constexpr int kTmaPartCols = 128;
 
+// How a part's epilogue runs, the same for every query tile of a chunk: one
+// word per 128-column part, written by the producer and read by each
+// consumer once per chunk (TmaChunkHeader::plan). Bits 0-1, the kind: one
+// segment covers every column of the part (one max); two segments split it
+// at column x, both non-empty (one pass into two maxima); anything else
+// walks the part's segments.
+inline constexpr uint32_t kPartOne = 0;
+inline constexpr uint32_t kPartTwo = 1;
+inline constexpr uint32_t kPartGeneral = 2;
+inline constexpr uint32_t kPartKindMask = 3;
+inline constexpr uint32_t kPartFold = 4;  // the first segment began before
+inline constexpr uint32_t kPartPend = 8;  // the last goes on into the next part
+// Bits 8-15: x (kPartTwo); 16-20: the first segment's index; 24-26 and
+// 28-30: the first and second segments' flags.
+inline constexpr int kPartXShift = 8;
+inline constexpr int kPartSegShift = 16;
+inline constexpr int kPartFlagsShift = 24;
+inline constexpr int kPartFlags2Shift = 28;
+static_assert(kTmaMaxSegs <= 32 && kSegSkip < 8, "plan fields");
+
 struct TmaChunkHeader {
-  int32_t nseg = 0;  // -1: the unit is done
-  int32_t unused[3] = {};
+  int32_t nseg = 0;                                 // -1: the unit is done
+  uint32_t plan[2] = {kPartGeneral, kPartGeneral};  // by part (kPart*)
+  int32_t unused = 0;
   // Segments [part[i][0], part[i][1]) touch columns [128 i, 128 i + 128).
   int32_t part[2][2] = {};
   TmaSeg seg[kTmaMaxSegs];  // 16-byte aligned: one shared load each
@@ -636,7 +657,28 @@ struct TmaBlock {
       }
       h->part[lane][0] = first;
       h->part[lane][1] = end;
+      h->plan[lane] = PlanPart(h, lane * kTmaPartCols, first, end);
     }
+  }
+
+  // The plan of the part at column `base` (chunk columns [base, base +
+  // kTmaPartCols) clipped to the chunk), whose segments are [first, end).
+  __device__ static uint32_t PlanPart(const TmaChunkHeader* h, int base,
+                                      int first, int end) {
+    const int n = end - first;
+    if (n < 1 || n > 2) return kPartGeneral;
+    const int stop = min(base + kTmaPartCols, S::kN);
+    const TmaSeg& a = h->seg[first];
+    const TmaSeg& b = h->seg[end - 1];
+    if (a.lo > base || b.hi < stop) return kPartGeneral;  // uncovered columns
+    if (n == 2 && (a.hi != b.lo || a.hi <= base || a.hi >= stop)) {
+      return kPartGeneral;
+    }
+    return (n == 1 ? kPartOne : kPartTwo) | (a.lo < base ? kPartFold : 0u) |
+           (b.hi > stop ? kPartPend : 0u) |
+           (static_cast<uint32_t>(a.hi - base) << kPartXShift) |
+           (static_cast<uint32_t>(first) << kPartSegShift) |
+           (a.flags << kPartFlagsShift) | (b.flags << kPartFlags2Shift);
   }
 
   // ---- consumers
@@ -962,6 +1004,7 @@ struct TmaBlock {
                                              const TmaChunkHeader* h, int wg,
                                              int nw) {
     Acc acc[S::kN / 2];
+    const uint32_t plan = h->plan[0];
     for (int k = 0; k < nw; ++k) {
       const int slot = AcquireTile(c, nw, k, wg);
       IssueMma<S::kN>(qsm + slot * S::kSmemTileBytes, stage, acc);
@@ -976,7 +1019,7 @@ struct TmaBlock {
         }
       } else {
         float pend0 = 0.f, pend1 = 0.f;  // unused: no columns follow
-        EpilogueCols<S::kN>(acc, h, wg + k * kWG, 0, pend0, pend1);
+        EpilogueCols<S::kN>(acc, h, plan, wg + k * kWG, 0, pend0, pend1);
       }
     }
   }
@@ -999,21 +1042,25 @@ struct TmaBlock {
     for (int k = 0;; ++k) {
       const int lt = wg + k * kWG;
       IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage_hi, acc1);
+      // Each plan is read before the wait (which orders memory), so that
+      // its load overlaps the MMA instead of starting the epilogue.
+      const uint32_t plan0 = h->plan[0];
       WgmmaWait<1>();
       FenceAll(acc0);
       // The maxima of the segment that crosses into the second half.
       float pend0 = 0.f, pend1 = 0.f;
-      EpilogueCols<kSplitCols>(acc0, h, lt, 0, pend0, pend1);
+      EpilogueCols<kSplitCols>(acc0, h, plan0, lt, 0, pend0, pend1);
+      const uint32_t plan1 = h->plan[1];
       WgmmaWait<0>();
       FenceAll(acc1);
       Release(slot, k == nw - 1, s);
       if (k + 1 == nw) {
-        EpilogueCols<kSplitCols>(acc1, h, lt, kSplitCols, pend0, pend1);
+        EpilogueCols<kSplitCols>(acc1, h, plan1, lt, kSplitCols, pend0, pend1);
         break;
       }
       slot = AcquireTile(c, nw, k + 1, wg);
       IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage, acc0);
-      EpilogueCols<kSplitCols>(acc1, h, lt, kSplitCols, pend0, pend1);
+      EpilogueCols<kSplitCols>(acc1, h, plan1, lt, kSplitCols, pend0, pend1);
     }
   }
 
@@ -1047,14 +1094,14 @@ struct TmaBlock {
   // Completes segment si for this lane's rows (g, g + 8) of row block rb:
   // quad max, the carry of a document begun in an earlier chunk, then
   // either the carry for the next chunk or the block's 16-row sum.
-  __device__ __forceinline__ void Finish(const TmaSeg& sg, int si, float m0,
+  __device__ __forceinline__ void Finish(uint32_t flags, int si, float m0,
                                          float m1, int row, int rb, float qs0,
                                          float qs1) {
     // Only the first lane of a quad reads and writes the row's carry (a
     // predicated load and store, no branch), so no two lanes touch one
     // address between barriers; the quad max then spreads the carry.
     const bool quad_lead = (threadIdx.x & 3) == 0;
-    if ((sg.flags & kSegStarts) == 0 && quad_lead) {
+    if ((flags & kSegStarts) == 0 && quad_lead) {
       m0 = fmaxf(m0, carry_in[row]);
       m1 = fmaxf(m1, carry_in[row + 8]);
     }
@@ -1066,12 +1113,12 @@ struct TmaBlock {
     // leaves the same sum in every lane, so all lanes store the sum (same
     // address, same value): no lane-divergent branch while an MMA is in
     // flight, which would make the compiler serialize the wgmmas.
-    if ((sg.flags & kSegEnds) == 0) {
+    if ((flags & kSegEnds) == 0) {
       if (quad_lead) {
         carry_out[row] = m0;
         carry_out[row + 8] = m1;
       }
-    } else if ((sg.flags & kSegSkip) == 0) {
+    } else if ((flags & kSegSkip) == 0) {
       if constexpr (kQScaled) {
         m0 *= qs0;
         m1 *= qs1;
@@ -1144,6 +1191,215 @@ struct TmaBlock {
     }
     m0 = fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3]));
     m1 = fmaxf(fmaxf(b[0], b[1]), fmaxf(b[2], b[3]));
+  }
+
+  // Adds the cells of 8-column block kI (if the part has it) to this
+  // lane's row maxima r0 (row g) and r1 (row g + 8), two chains per row by
+  // the column's parity.
+  template <int kCols, int kI>
+  __device__ __forceinline__ static void MaxBlock(const Acc (&acc)[kCols / 2],
+                                                  float (&r0)[2],
+                                                  float (&r1)[2]) {
+    if constexpr (kI < kCols / 8) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        r0[e] = fmaxf(r0[e], Cell(acc[4 * kI + e]));
+        r1[e] = fmaxf(r1[e], Cell(acc[4 * kI + 2 + e]));
+      }
+    }
+  }
+
+  // The four cells of 8-column block kI (if the part has it), as floats:
+  // row g's two columns, then row g + 8's.
+  template <int kCols, int kI>
+  __device__ __forceinline__ static void CopyBlock(const Acc (&acc)[kCols / 2],
+                                                   float (&c)[4]) {
+    if constexpr (kI < kCols / 8) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c[j] = Cell(acc[4 * kI + j]);
+    }
+  }
+
+  // The maxima of this lane's two rows over part columns [0, x) (ma0, ma1)
+  // and [x, kCols) (mb0, mb1), 0 < x < kCols, in one pass over the cells:
+  // x is the same in every lane, so the switches are uniform jumps into
+  // straight-line code (blocks below x's block into a, above it into b).
+  template <int kCols>
+  __device__ __forceinline__ static void SplitMax(const Acc (&acc)[kCols / 2],
+                                                  int x, float& ma0, float& ma1,
+                                                  float& mb0, float& mb1) {
+    static_assert(kCols <= 128, "at most 16 blocks of 8 columns");
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float a0[2], a1[2], b0[2], b1[2];
+    const int xb = x >> 3;
+    // The block that holds x: its cells move to c (a jump to one of 16
+    // copies), then each goes to a or b by its column.
+    float c[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    switch (xb) {
+      case 0:
+        CopyBlock<kCols, 0>(acc, c);
+        break;
+      case 1:
+        CopyBlock<kCols, 1>(acc, c);
+        break;
+      case 2:
+        CopyBlock<kCols, 2>(acc, c);
+        break;
+      case 3:
+        CopyBlock<kCols, 3>(acc, c);
+        break;
+      case 4:
+        CopyBlock<kCols, 4>(acc, c);
+        break;
+      case 5:
+        CopyBlock<kCols, 5>(acc, c);
+        break;
+      case 6:
+        CopyBlock<kCols, 6>(acc, c);
+        break;
+      case 7:
+        CopyBlock<kCols, 7>(acc, c);
+        break;
+      case 8:
+        CopyBlock<kCols, 8>(acc, c);
+        break;
+      case 9:
+        CopyBlock<kCols, 9>(acc, c);
+        break;
+      case 10:
+        CopyBlock<kCols, 10>(acc, c);
+        break;
+      case 11:
+        CopyBlock<kCols, 11>(acc, c);
+        break;
+      case 12:
+        CopyBlock<kCols, 12>(acc, c);
+        break;
+      case 13:
+        CopyBlock<kCols, 13>(acc, c);
+        break;
+      case 14:
+        CopyBlock<kCols, 14>(acc, c);
+        break;
+      default:
+        CopyBlock<kCols, 15>(acc, c);
+        break;
+    }
+    // Lane column 2t + e of the block lies before x while e < lim. Selects,
+    // not branches: the lanes differ.
+    const int lim = (x & 7) - 2 * static_cast<int>(threadIdx.x & 3);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool in_a = e < lim;
+      a0[e] = in_a ? c[e] : kNegInf;
+      a1[e] = in_a ? c[2 + e] : kNegInf;
+      b0[e] = in_a ? kNegInf : c[e];
+      b1[e] = in_a ? kNegInf : c[2 + e];
+    }
+    // Blocks xb - 1 down to 0: enter at xb, fall through.
+    switch (xb) {
+      default:
+        MaxBlock<kCols, 14>(acc, a0, a1);
+        [[fallthrough]];
+      case 14:
+        MaxBlock<kCols, 13>(acc, a0, a1);
+        [[fallthrough]];
+      case 13:
+        MaxBlock<kCols, 12>(acc, a0, a1);
+        [[fallthrough]];
+      case 12:
+        MaxBlock<kCols, 11>(acc, a0, a1);
+        [[fallthrough]];
+      case 11:
+        MaxBlock<kCols, 10>(acc, a0, a1);
+        [[fallthrough]];
+      case 10:
+        MaxBlock<kCols, 9>(acc, a0, a1);
+        [[fallthrough]];
+      case 9:
+        MaxBlock<kCols, 8>(acc, a0, a1);
+        [[fallthrough]];
+      case 8:
+        MaxBlock<kCols, 7>(acc, a0, a1);
+        [[fallthrough]];
+      case 7:
+        MaxBlock<kCols, 6>(acc, a0, a1);
+        [[fallthrough]];
+      case 6:
+        MaxBlock<kCols, 5>(acc, a0, a1);
+        [[fallthrough]];
+      case 5:
+        MaxBlock<kCols, 4>(acc, a0, a1);
+        [[fallthrough]];
+      case 4:
+        MaxBlock<kCols, 3>(acc, a0, a1);
+        [[fallthrough]];
+      case 3:
+        MaxBlock<kCols, 2>(acc, a0, a1);
+        [[fallthrough]];
+      case 2:
+        MaxBlock<kCols, 1>(acc, a0, a1);
+        [[fallthrough]];
+      case 1:
+        MaxBlock<kCols, 0>(acc, a0, a1);
+        [[fallthrough]];
+      case 0:
+        break;
+    }
+    // Blocks xb + 1 up to 15: enter at xb, fall through.
+    switch (xb) {
+      case 0:
+        MaxBlock<kCols, 1>(acc, b0, b1);
+        [[fallthrough]];
+      case 1:
+        MaxBlock<kCols, 2>(acc, b0, b1);
+        [[fallthrough]];
+      case 2:
+        MaxBlock<kCols, 3>(acc, b0, b1);
+        [[fallthrough]];
+      case 3:
+        MaxBlock<kCols, 4>(acc, b0, b1);
+        [[fallthrough]];
+      case 4:
+        MaxBlock<kCols, 5>(acc, b0, b1);
+        [[fallthrough]];
+      case 5:
+        MaxBlock<kCols, 6>(acc, b0, b1);
+        [[fallthrough]];
+      case 6:
+        MaxBlock<kCols, 7>(acc, b0, b1);
+        [[fallthrough]];
+      case 7:
+        MaxBlock<kCols, 8>(acc, b0, b1);
+        [[fallthrough]];
+      case 8:
+        MaxBlock<kCols, 9>(acc, b0, b1);
+        [[fallthrough]];
+      case 9:
+        MaxBlock<kCols, 10>(acc, b0, b1);
+        [[fallthrough]];
+      case 10:
+        MaxBlock<kCols, 11>(acc, b0, b1);
+        [[fallthrough]];
+      case 11:
+        MaxBlock<kCols, 12>(acc, b0, b1);
+        [[fallthrough]];
+      case 12:
+        MaxBlock<kCols, 13>(acc, b0, b1);
+        [[fallthrough]];
+      case 13:
+        MaxBlock<kCols, 14>(acc, b0, b1);
+        [[fallthrough]];
+      case 14:
+        MaxBlock<kCols, 15>(acc, b0, b1);
+        [[fallthrough]];
+      default:
+        break;
+    }
+    ma0 = fmaxf(a0[0], a0[1]);
+    ma1 = fmaxf(a1[0], a1[1]);
+    mb0 = fmaxf(b0[0], b0[1]);
+    mb1 = fmaxf(b1[0], b1[1]);
   }
 
   // Segment si of a chunk header: one 16-byte shared load.
@@ -1230,7 +1486,7 @@ struct TmaBlock {
         m0 = fmaxf(m0, other.x);
         m1 = fmaxf(m1, other.y);
       }
-      Finish(sg, si, m0, m1, row, rb, qs0, qs1);
+      Finish(sg.flags, si, m0, m1, row, rb, qs0, qs1);
     }
   }
 
@@ -1238,12 +1494,14 @@ struct TmaBlock {
   // segment by segment. lt: the tile's index within the block's tiles
   // [ta, ta + ntiles). A segment that continues past these columns leaves
   // its maxima in pend0 / pend1 (at most one does: segments are ordered),
-  // and the call for the next columns folds them in.
+  // and the call for the next columns folds them in. `plan`: the part's
+  // TmaChunkHeader::plan word; a part of one or two segments takes no
+  // segment walk.
   template <int kCols>
   __device__ __forceinline__ void EpilogueCols(Acc (&acc)[kCols / 2],
-                                               const TmaChunkHeader* h, int lt,
-                                               int base, float& pend0,
-                                               float& pend1) {
+                                               const TmaChunkHeader* h,
+                                               uint32_t plan, int lt, int base,
+                                               float& pend0, float& pend1) {
     static_assert(kCols <= kTmaPartCols, "one part per pass");
 #if MAXSIMD_TMA_PROBE == 1
     {
@@ -1266,6 +1524,35 @@ struct TmaBlock {
     if constexpr (kS8) ScaleColsInt<kCols>(acc, sc + base);
     RowScales(row, qs0, qs1);
     const int part_index = base / kTmaPartCols;
+    const uint32_t kind = plan & kPartKindMask;
+    if (kind != kPartGeneral) {
+      float m0, m1, n0 = 0.f, n1 = 0.f;
+      if (kind == kPartOne) {
+        FullMax<kCols>(acc, m0, m1);
+      } else {
+        SplitMax<kCols>(acc, (plan >> kPartXShift) & 0xff, m0, m1, n0, n1);
+      }
+      if (plan & kPartFold) {
+        m0 = fmaxf(m0, pend0);
+        m1 = fmaxf(m1, pend1);
+      }
+      int si = (plan >> kPartSegShift) & 0x1f;
+      uint32_t last_flags = (plan >> kPartFlagsShift) & 7;
+      if (kind == kPartTwo) {
+        Finish(last_flags, si, m0, m1, row, rb, qs0, qs1);
+        m0 = n0;
+        m1 = n1;
+        ++si;
+        last_flags = (plan >> kPartFlags2Shift) & 7;
+      }
+      if (plan & kPartPend) {
+        pend0 = m0;
+        pend1 = m1;
+      } else {
+        Finish(last_flags, si, m0, m1, row, rb, qs0, qs1);
+      }
+      return;
+    }
     const int s1 = h->part[part_index][1];
     for (int si = h->part[part_index][0]; si < s1; ++si) {
       const TmaSeg sg = LoadSeg(h, si);
@@ -1286,7 +1573,7 @@ struct TmaBlock {
         pend1 = m1;
         continue;
       }
-      Finish(sg, si, m0, m1, row, rb, qs0, qs1);
+      Finish(sg.flags, si, m0, m1, row, rb, qs0, qs1);
     }
   }
 

@@ -2,7 +2,12 @@
 // the scalar oracle on random ragged shapes. Skips without a CUDA device.
 #include "kernels/maxsim_scan.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -128,6 +133,94 @@ TEST(GpuScanTest, DeletedDocumentsAreSkipped) {
   EXPECT_EQ(got[0].size(), 200u - 67u);
   for (const ScoredDoc& s : got[0]) EXPECT_NE((s.index - 1000) % 3, 0);
   ExpectMatchesReference(SharedGpuBackend(), batch, DType::kFloat16);
+}
+
+// Every document the GPU returns for `batch` scores what the oracle gives
+// that same document, within rel_tol. Stricter than ExpectMatchesReference,
+// whose rank-by-rank comparison forgives a document scored a little off
+// where many documents score alike. `batch` asks for every document.
+void ExpectSameDocumentScores(Backend& backend, const Batch& batch, DType dtype,
+                              double rel_tol) {
+  const auto got = ::maxsimd::testing::GpuSearch(backend, batch.Params());
+  const auto want = ::maxsimd::testing::GpuReferenceSearch(batch, dtype);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t q = 0; q < got.size(); ++q) {
+    ASSERT_EQ(got[q].size(), want[q].size()) << "query " << q;
+    std::map<int64_t, float> expected;
+    for (const ScoredDoc& s : want[q]) expected[s.index] = s.score;
+    for (const ScoredDoc& s : got[q]) {
+      const auto it = expected.find(s.index);
+      ASSERT_NE(it, expected.end()) << "query " << q << " doc " << s.index;
+      if (std::isinf(it->second)) {  // an empty document
+        EXPECT_EQ(s.score, it->second) << "query " << q << " doc " << s.index;
+        continue;
+      }
+      EXPECT_NEAR(s.score, it->second,
+                  rel_tol * std::max(1.0, std::fabs(double{it->second})))
+          << "query " << q << " doc " << s.index;
+    }
+  }
+}
+
+// Documents long enough that most 128-column parts of a chunk hold one or
+// two of them: the kernel's per-part plans (one max over the part, or one
+// pass that splits it at a document boundary) instead of the segment walk.
+// 128 documents of 129 tokens put a boundary at every column of a part;
+// lengths 128, 256 and 640 end documents on part and chunk edges; the long
+// ones carry their maxima across parts and chunks; deleted and empty
+// documents sit between them. Units of 64 documents: with the default of
+// about eight waves of blocks, a corpus this small gets one document per
+// unit, and no chunk holds two.
+TEST(GpuScanTest, DocumentBoundariesAtEveryColumnOfAPart) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions options = ::maxsimd::testing::TestOptions();
+  options.tma_scan_docs_per_unit = 64;
+  const std::unique_ptr<Backend> backend =
+      ::maxsimd::testing::MakeGpuBackend(options);
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  std::vector<int32_t> lengths(128, 129);
+  for (int32_t l : {128, 256, 640, 0, 300, 127, 1, 255, 129, 384, 2, 200}) {
+    lengths.push_back(l);
+  }
+  std::uniform_int_distribution<int32_t> len(100, 400);
+  for (int i = 0; i < 40; ++i) lengths.push_back(len(rng));
+  std::vector<DType> dtypes = {DType::kFloat16, DType::kBFloat16};
+  // Only the TMA kernels score int8 (MAXSIMD_TEST_KERNELS=mma: not here).
+  if (::maxsimd::testing::TestOptions().use_tma) dtypes.push_back(DType::kInt8);
+  for (DType dtype : dtypes) {
+    for (int32_t dim : {64, 128}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " dim " << dim);
+      HostSegment seg =
+          ::maxsimd::testing::SegmentWithLengths(rng, lengths, dim, dtype, 7);
+      for (int64_t d : {5, 60, 61, 130, 133}) seg.Delete(d);
+      DeviceSegment d = Upload(*backend, seg);
+      const int32_t all = static_cast<int32_t>(lengths.size());
+      // Five queries of 32 tokens: the two-warpgroup kernel, three 64-row
+      // tiles (two for one warpgroup, one for the other).
+      Batch batch;
+      batch.dim = dim;
+      batch.refs = {d.ref};
+      for (int q = 0; q < 5; ++q) {
+        batch.AddQuery(RandomQuery(rng, 32, dim), all);
+      }
+      Batch one;  // one query: the single-query kernel
+      one.dim = dim;
+      one.refs = {d.ref};
+      one.AddQuery(RandomQuery(rng, 32, dim), all);
+      for (bool quantize : {false, true}) {
+        // Quantised queries: the int8 MMA kernel.
+        if (quantize && dtype != DType::kInt8) continue;
+        SCOPED_TRACE(::testing::Message() << "quantize_queries " << quantize);
+        batch.quantize_queries = quantize;
+        one.quantize_queries = quantize;
+        ExpectMatchesReference(*backend, batch, dtype);
+        ExpectMatchesReference(*backend, one, dtype);
+        ExpectSameDocumentScores(*backend, batch, dtype, 1e-4);
+        ExpectSameDocumentScores(*backend, one, dtype, 1e-4);
+      }
+    }
+  }
 }
 
 TEST(GpuScanTest, ScoresWithinToleranceOfFp32Reference) {

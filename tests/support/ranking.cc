@@ -38,15 +38,21 @@ void HostSegment::Delete(int64_t doc) {
 HostSegment RandomSegment(std::mt19937_64& rng, int64_t num_docs,
                           int32_t min_len, int32_t max_len, int32_t dim,
                           DType dtype, int64_t base_index) {
+  std::uniform_int_distribution<int32_t> len(min_len, max_len);
+  std::vector<int32_t> lengths(static_cast<size_t>(num_docs));
+  for (int32_t& l : lengths) l = len(rng);
+  return SegmentWithLengths(rng, lengths, dim, dtype, base_index);
+}
+
+HostSegment SegmentWithLengths(std::mt19937_64& rng,
+                               const std::vector<int32_t>& lengths, int32_t dim,
+                               DType dtype, int64_t base_index) {
   HostSegment seg;
   seg.dim = dim;
   seg.dtype = dtype;
   seg.base_index = base_index;
   seg.cu_seqlens.assign(1, 0);
-  std::uniform_int_distribution<int32_t> len(min_len, max_len);
-  for (int64_t d = 0; d < num_docs; ++d) {
-    seg.cu_seqlens.push_back(seg.cu_seqlens.back() + len(rng));
-  }
+  for (int32_t l : lengths) seg.cu_seqlens.push_back(seg.cu_seqlens.back() + l);
   const int64_t n = seg.cu_seqlens.back() * dim;
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> values(static_cast<size_t>(n));

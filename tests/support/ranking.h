@@ -40,6 +40,11 @@ HostSegment RandomSegment(std::mt19937_64& rng, int64_t num_docs,
                           int32_t min_len, int32_t max_len, int32_t dim,
                           DType dtype, int64_t base_index);
 
+// The same with the given document lengths.
+HostSegment SegmentWithLengths(std::mt19937_64& rng,
+                               const std::vector<int32_t>& lengths, int32_t dim,
+                               DType dtype, int64_t base_index);
+
 // Random fp32 query tokens [lq, dim].
 std::vector<float> RandomQuery(std::mt19937_64& rng, int64_t lq, int32_t dim);
 
