@@ -503,6 +503,11 @@ class SlowClientTest : public ServerFixture {
           };
         }));
     ASSERT_NE(counting_, nullptr);
+    ASSERT_NO_FATAL_FAILURE(CreateSlowCorpus());
+  }
+
+  // The corpus "slow": kSlowDocs documents that every request asks for.
+  void CreateSlowCorpus() {
     ASSERT_NO_FATAL_FAILURE(CreateCorpus("slow", kDim));
     MAXSIMD_ASSERT_OK(client_->AddDocuments(
         "slow", MakeDocs("document-", kSlowDocs, 1, kDim)));
@@ -560,9 +565,7 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   // serves corpora in turn, so the others wait for one batch of the slow
   // client's at most, whatever it has queued (that is fairness, tested in
   // scheduler_test; here the question is what its unread responses do).
-  ASSERT_NO_FATAL_FAILURE(CreateCorpus("slow", kDim));
-  MAXSIMD_ASSERT_OK(
-      client_->AddDocuments("slow", MakeDocs("document-", kSlowDocs, 1, kDim)));
+  ASSERT_NO_FATAL_FAILURE(CreateSlowCorpus());
   ASSERT_NO_FATAL_FAILURE(CreateCorpus("s", kDim));
   MAXSIMD_ASSERT_OK(client_->AddDocuments("s", MakeDocs("d", 100, 2, kDim)));
 
