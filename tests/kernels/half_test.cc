@@ -1,9 +1,12 @@
 #include "kernels/half.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/element.h"
 
 namespace maxsimd {
 namespace {
@@ -29,6 +32,40 @@ TEST(HalfTest, RoundsToNearestEven) {
   EXPECT_EQ(FloatToHalf(-0.f), 0x8000);
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0x0000);
+}
+
+// The batch conversion (eight at a time where the CPU has F16C) against the
+// scalar one: a stride through every float bit pattern (every exponent,
+// both signs, the subnormal and overflow ranges, NaNs), each tie below a
+// half's last bit, and lengths that leave a tail.
+TEST(HalfTest, FloatsToHalvesMatchesFloatToHalf) {
+  std::vector<float> in;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4093) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    in.push_back(f);
+  }
+  for (uint32_t h = 0; h < 0x7c00u; h += 7) {
+    // Exactly halfway between half h and h + 1 (normal range), and a hair
+    // above.
+    const float lo = HalfToFloat(static_cast<uint16_t>(h));
+    const float hi = HalfToFloat(static_cast<uint16_t>(h + 1));
+    in.push_back(lo + (hi - lo) / 2);
+    in.push_back(std::nextafter(lo + (hi - lo) / 2, hi));
+  }
+  for (size_t n : {in.size(), in.size() - 3, size_t{5}}) {
+    std::vector<uint16_t> out(n);
+    FloatsToHalves(in.data(), static_cast<int64_t>(n), out.data());
+    int mismatches = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i] != FloatToHalf(in[i]) && ++mismatches <= 5) {
+        ADD_FAILURE() << "value " << in[i] << " at " << i << ": " << out[i]
+                      << " against " << FloatToHalf(in[i]);
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "of " << n;
+  }
 }
 
 TEST(HalfTest, BFloat16RoundTrips) {
