@@ -155,6 +155,9 @@ struct SearchTiming {
   int64_t kernel_ns = 0;  // MaxSim scoring (and fused partial top-k)
   int64_t topk_ns = 0;    // final top-k merge
   int64_t d2h_ns = 0;     // device-to-host copies of the results
+  // Waiting for the device to finish other searches' scans before this
+  // one's kernels start (GpuBackendOptions::serialize_scans).
+  int64_t device_wait_ns = 0;
 };
 
 // Memory one backend holds on one GPU, in bytes. free_bytes and

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -302,7 +303,9 @@ absl::Status PlanStreamedRounds(const GatherTile* units, int64_t num_units,
 // One worker slot. Owned by the backend; used by one Search() at a time.
 struct Worker {
   cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, staged = nullptr, scored = nullptr,
+  // staged: the query inputs are on the device; ready: the search may
+  // start its kernels (a scan waits for the scans before it first).
+  cudaEvent_t start = nullptr, staged = nullptr, ready = nullptr,
               done = nullptr;
   cudaEvent_t pair[kTimingPairs][2] = {};
   char* pinned_in = nullptr;  // InputLayout at capacity
@@ -408,6 +411,11 @@ class GpuBackendImpl final : public Backend {
   std::vector<Worker> workers_;
   absl::Mutex mu_;
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
+  // Scans in device order (options_.serialize_scans): held while a scan
+  // enqueues its kernels; each one's stream first waits for the done event
+  // of the scan enqueued before it.
+  absl::Mutex scan_order_mu_;
+  cudaEvent_t last_scan_done_ ABSL_GUARDED_BY(scan_order_mu_) = nullptr;
 };
 
 GpuBackendImpl::~GpuBackendImpl() {
@@ -418,7 +426,7 @@ GpuBackendImpl::~GpuBackendImpl() {
     if (w.copy_stream != nullptr)
       MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(w.copy_stream));
     for (cudaEvent_t e :
-         {w.start, w.staged, w.scored, w.done, w.stream_first, w.stream_last,
+         {w.start, w.staged, w.ready, w.done, w.stream_first, w.stream_last,
           w.copied[0], w.copied[1], w.consumed[0], w.consumed[1]}) {
       if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     }
@@ -475,7 +483,7 @@ absl::Status GpuBackendImpl::InitWorker(Worker* w) {
   const BackendLimits& lim = options_.limits;
   MAXSIMD_CUDA_CHECK(
       cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking));
-  for (cudaEvent_t* e : {&w->start, &w->staged, &w->scored, &w->done}) {
+  for (cudaEvent_t* e : {&w->start, &w->staged, &w->ready, &w->done}) {
     MAXSIMD_CUDA_CHECK(cudaEventCreate(e));
   }
   for (auto& p : w->pair) {
@@ -1385,6 +1393,7 @@ absl::Status GpuBackendImpl::RunSearch(
 
   if (gather) {
     NvtxRange r("maxsimd.gather");
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.ready, stream));
     if (num_records > 0) {
       if (empty_query) {
         MAXSIMD_CUDA_CHECK(
@@ -1469,6 +1478,16 @@ absl::Status GpuBackendImpl::RunSearch(
     }
   } else {
     NvtxRange r("maxsimd.scan");
+    // In device order with the other scans (serialize_scans): the lock is
+    // held until this scan's done event is recorded.
+    std::optional<absl::MutexLock> in_order;
+    if (options_.serialize_scans) {
+      in_order.emplace(&scan_order_mu_);
+      if (last_scan_done_ != nullptr) {
+        MAXSIMD_CUDA_CHECK(cudaStreamWaitEvent(stream, last_scan_done_, 0));
+      }
+    }
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.ready, stream));
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(w.score_entries / nq, int64_t{0xfffffffe}));
     // Scores documents [c0, c0 + clen) of segment s, whose tokens are read
@@ -1494,7 +1513,8 @@ absl::Status GpuBackendImpl::RunSearch(
         t.num_docs = clen;
         // About eight waves of blocks: even finishing times on ragged
         // documents, and few enough blocks that each one's pipeline fill
-        // is amortised.
+        // is amortised. (Batched scans measured the same with one to four
+        // waves, 5% slower with sixteen: bench/NOTES.md s4.)
         const int64_t slots =
             int64_t{sm_count_} *
             TmaBlocksPerSm(tma.warpgroups, int8_mma ? dim : 0) * 8;
@@ -1541,9 +1561,13 @@ absl::Status GpuBackendImpl::RunSearch(
       const SegmentView& v = p.segments[s].resident;
       if (v.num_docs == 0) continue;
       if (!p.segments[s].streamed) {
-        for (int64_t c0 = 0; c0 < v.num_docs; c0 += chunk) {
+        // Chunks of one size: no short last launch, which would cost
+        // nearly a full one's fixed time for few documents.
+        const int64_t parts = (v.num_docs + chunk - 1) / chunk;
+        const int64_t even = (v.num_docs + parts - 1) / parts;
+        for (int64_t c0 = 0; c0 < v.num_docs; c0 += even) {
           MAXSIMD_RETURN_IF_ERROR(score_chunk(
-              s, c0, std::min(chunk, v.num_docs - c0), v.tokens, s, 0));
+              s, c0, std::min(even, v.num_docs - c0), v.tokens, s, 0));
         }
       } else {
         // Host-placed: chunks of whole documents that fit a stream buffer,
@@ -1576,15 +1600,18 @@ absl::Status GpuBackendImpl::RunSearch(
       }
       MAXSIMD_RETURN_IF_ERROR(fetch(v.base_index, false));
     }
+    MAXSIMD_CUDA_CHECK(cudaEventRecord(w.done, stream));
+    if (in_order.has_value()) last_scan_done_ = w.done;
   }
-  MAXSIMD_CUDA_CHECK(cudaEventRecord(w.done, stream));
+  if (gather) MAXSIMD_CUDA_CHECK(cudaEventRecord(w.done, stream));
   MAXSIMD_CUDA_CHECK(WaitForSearch(stream));
   merge_pending();
 
   if (timing != nullptr) {
-    float ms_h2d = 0, ms_total = 0, ms_topk = 0;
+    float ms_h2d = 0, ms_wait = 0, ms_total = 0, ms_topk = 0;
     MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_h2d, w.start, w.staged));
-    MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_total, w.staged, w.done));
+    MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_wait, w.staged, w.ready));
+    MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms_total, w.ready, w.done));
     for (int i = 0; i < pairs_used; ++i) {
       float ms = 0;
       MAXSIMD_CUDA_CHECK(cudaEventElapsedTime(&ms, w.pair[i][0], w.pair[i][1]));
@@ -1602,6 +1629,7 @@ absl::Status GpuBackendImpl::RunSearch(
     timing->h2d_ns =
         (host_staged - host_start) + static_cast<int64_t>(ms_h2d * 1e6);
     timing->topk_ns = static_cast<int64_t>(ms_topk * 1e6);
+    timing->device_wait_ns = static_cast<int64_t>(ms_wait * 1e6);
     // The D2H copies of the results are small and overlap the next
     // segment's work; what remains after the last kernel is host merging.
     timing->d2h_ns = 0;

@@ -41,8 +41,9 @@ struct GpuBackendOptions {
   // the pinned and device query buffers (2 bytes per element each).
   int64_t max_query_elements = int64_t{1} << 23;
   // (queries x documents) scores a scan holds at once: the scan walks each
-  // segment in chunks of scan_chunk_entries / num_queries documents, so its
-  // workspace stays bounded whatever the corpus size (4 bytes per entry).
+  // segment in equal chunks of at most scan_chunk_entries / num_queries
+  // documents (one launch and one top-k each), so its workspace stays
+  // bounded whatever the corpus size (4 bytes per entry).
   int64_t scan_chunk_entries = int64_t{1} << 22;
   // Score with the Hopper TMA + wgmma kernels where they apply (widths 64 to
   // 256 that are multiples of 8, at most 1024 segments per search, batches
@@ -63,6 +64,14 @@ struct GpuBackendOptions {
   // once per launch: a tuning knob, measured by maxsim_bench
   // --tma-scan-group.
   int tma_scan_tile_group = 0;
+  // Run the kernels of concurrent scans one search after another, each
+  // with its top-k, instead of letting the device interleave them. A scan
+  // kernel fills every SM for its whole run, so interleaved, one batch's
+  // short top-k waits behind another batch's whole kernel and both finish
+  // late; in order, each batch finishes one kernel sooner and the device
+  // does the same work. Staging and copies still overlap other searches.
+  // Reranks (gathers) always run concurrently.
+  bool serialize_scans = true;
   // Most bytes of corpus arrays this backend keeps on its device (0: as
   // much as fits); an upload past it is RESOURCE_EXHAUSTED.
   int64_t corpus_budget_bytes = 0;

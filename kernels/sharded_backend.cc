@@ -266,6 +266,8 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
     t.kernel_ns = std::max(t.kernel_ns, parts[s].timing.kernel_ns);
     t.topk_ns = std::max(t.topk_ns, parts[s].timing.topk_ns);
     t.d2h_ns = std::max(t.d2h_ns, parts[s].timing.d2h_ns);
+    t.device_wait_ns =
+        std::max(t.device_wait_ns, parts[s].timing.device_wait_ns);
   }
   const absl::Time merge_start = absl::Now();
   for (int q = 0; q < params.num_queries; ++q) {

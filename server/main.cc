@@ -68,6 +68,11 @@ ABSL_FLAG(int, gpu_workers, 4,
           "Concurrent searches per GPU, each with its own stream and "
           "workspace, so one batch's host staging and copies overlap "
           "another's kernels");
+ABSL_FLAG(bool, gpu_serialize_scans, true,
+          "Run the kernels of concurrent scan batches one batch after "
+          "another, each with its top-k, rather than interleaved (where a "
+          "batch's top-k waits behind another batch's whole scan); staging "
+          "and copies still overlap");
 ABSL_FLAG(int, grpc_max_threads, 0,
           "gRPC resource quota: most threads gRPC may use; 0 = gRPC default");
 ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
@@ -141,6 +146,17 @@ ABSL_FLAG(std::string, files_dir, "",
           "Root directory of the server-side files of the admin API: "
           "SnapshotCorpus writes there, LoadCorpus and ImportDocuments read "
           "from there (relative paths only); empty = those calls are refused");
+ABSL_FLAG(int32_t, max_running_scans, 1,
+          "Scan batches that may run on the backend at once; while that "
+          "many run, scan queries stay queued and join the next batch, "
+          "which closes when one of them returns (a batch taken early only "
+          "waits on the device). 0 = no limit but --executors");
+ABSL_FLAG(absl::Duration, scan_lead, absl::Milliseconds(3),
+          "With --max_running_scans: one more scan batch may close this "
+          "long before the first running scan is expected to return (from "
+          "its corpus's recent scan time per query), so that it waits "
+          "staged on the device rather than the device waiting for it; "
+          "0 = only when one returns");
 ABSL_FLAG(absl::Duration, executor_spin, absl::ZeroDuration(),
           "How long one idle executor polls for new work before it sleeps: "
           "a query arriving meanwhile starts without a thread wake-up (tens "
@@ -227,6 +243,7 @@ int main(int argc, char** argv) {
   }
   o.shards_per_device = absl::GetFlag(FLAGS_shards_per_device);
   o.gpu_workers = absl::GetFlag(FLAGS_gpu_workers);
+  o.gpu_serialize_scans = absl::GetFlag(FLAGS_gpu_serialize_scans);
   if (o.shards_per_device < 1 || o.shards_per_device > 64) {
     return Fail("--shards_per_device must be in [1, 64]");
   }
@@ -291,6 +308,8 @@ int main(int argc, char** argv) {
   o.scheduler.min_execution_time = absl::GetFlag(FLAGS_min_execution_time);
   o.scheduler.num_executors = absl::GetFlag(FLAGS_executors);
   o.scheduler.idle_spin = absl::GetFlag(FLAGS_executor_spin);
+  o.scheduler.max_running_scans = absl::GetFlag(FLAGS_max_running_scans);
+  o.scheduler.scan_lead = absl::GetFlag(FLAGS_scan_lead);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.admin_limits.files_dir = absl::GetFlag(FLAGS_files_dir);
   o.compaction_interval = absl::GetFlag(FLAGS_compaction_interval);

@@ -67,6 +67,14 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
     return OutOfRange("min_execution_time", "finite and not negative",
                       absl::FormatDuration(o.min_execution_time));
   }
+  if (o.max_running_scans < 0) {
+    return OutOfRange("max_running_scans", "0 (no limit) or more",
+                      absl::StrCat(o.max_running_scans));
+  }
+  if (!IsNonNegativeFinite(o.scan_lead)) {
+    return OutOfRange("scan_lead", "finite and not negative",
+                      absl::FormatDuration(o.scan_lead));
+  }
   if (o.max_queued_queries < 1) {
     return OutOfRange("max_queued_queries", "at least 1",
                       absl::StrCat(o.max_queued_queries));
@@ -287,8 +295,23 @@ Scheduler::Entry Scheduler::RemoveLocked(CorpusQueue& queue, int kind,
   return e;
 }
 
-bool Scheduler::LaneReadyLocked(const Lane& lane, absl::Time now) const {
+absl::Time Scheduler::ScanGateLocked() const {
+  if (stopping_ || options_.max_running_scans == 0 ||
+      running_scans_ < options_.max_running_scans) {
+    return absl::InfinitePast();
+  }
+  if (running_scans_ == options_.max_running_scans &&
+      options_.scan_lead > absl::ZeroDuration()) {
+    // InfiniteFuture (no estimate) minus the lead stays InfiniteFuture.
+    return *scan_ends_.begin() - options_.scan_lead;
+  }
+  return absl::InfiniteFuture();
+}
+
+bool Scheduler::LaneReadyLocked(const Lane& lane, int kind,
+                                absl::Time now) const {
   if (lane.tasks.empty()) return false;
+  if (kind == kScan && now < ScanGateLocked()) return false;
   return stopping_ ||
          static_cast<int64_t>(lane.tasks.size()) >= batch_queries_ ||
          lane.tokens >= batch_tokens_ || lane.candidates >= batch_candidates_ ||
@@ -299,15 +322,20 @@ absl::Time Scheduler::NextWakeLocked() const {
   absl::Time next =
       expiries_.empty() ? absl::InfiniteFuture() : *expiries_.begin();
   for (const auto& [name, queue] : queues_) {
-    for (const Lane& lane : queue.lanes) {
+    for (int kind : {kScan, kRerank}) {
+      const Lane& lane = queue.lanes[kind];
       if (lane.tasks.empty()) continue;
-      next = std::min(next, *lane.enqueued.begin() + options_.max_queue_delay);
+      absl::Time due = *lane.enqueued.begin() + options_.max_queue_delay;
+      // A held scan lane is due when its gate opens: at a known time, or
+      // at a return (EndRunningScan bumps the generation).
+      if (kind == kScan) due = std::max(due, ScanGateLocked());
+      next = std::min(next, due);
     }
   }
   return next;
 }
 
-std::vector<Scheduler::Entry> Scheduler::TakeBatchLocked(absl::Time now) {
+Scheduler::Batch Scheduler::TakeBatchLocked(absl::Time now) {
   // Round-robin: start after the corpus served last, wrap around once.
   auto queue = queues_.upper_bound(last_served_);
   for (size_t i = 0; i < queues_.size(); ++i, ++queue) {
@@ -315,21 +343,22 @@ std::vector<Scheduler::Entry> Scheduler::TakeBatchLocked(absl::Time now) {
     CorpusQueue& q = queue->second;
     for (int k = 0; k < 2; ++k) {
       const int kind = (q.next_lane + k) % 2;
-      if (!LaneReadyLocked(q.lanes[kind], now)) continue;
+      if (!LaneReadyLocked(q.lanes[kind], kind, now)) continue;
       last_served_ = queue->first;
       q.next_lane = 1 - kind;
-      return TakeFromLaneLocked(queue, kind);
+      return TakeFromLaneLocked(queue, kind, now);
     }
   }
   return {};
 }
 
-std::vector<Scheduler::Entry> Scheduler::TakeFromLaneLocked(
-    QueueMap::iterator queue, int kind) {
+Scheduler::Batch Scheduler::TakeFromLaneLocked(QueueMap::iterator queue,
+                                               int kind, absl::Time now) {
   CorpusQueue& q = queue->second;
   auto& tasks = q.lanes[kind].tasks;
   const CorpusSnapshot* snapshot = tasks.begin()->second.task.snapshot.get();
-  std::vector<Entry> batch;
+  Batch out;
+  std::vector<Entry>& batch = out.entries;
   int64_t tokens = 0;
   int64_t candidates = 0;
   for (auto it = tasks.begin();
@@ -354,8 +383,23 @@ std::vector<Scheduler::Entry> Scheduler::TakeFromLaneLocked(
     batch.push_back(RemoveLocked(q, kind, it));
     it = next;
   }
+  if (kind == kScan) {
+    out.scan = true;
+    ++running_scans_;
+    const auto cost = scan_ns_per_query_.find(queue->first);
+    if (cost != scan_ns_per_query_.end()) {
+      // The device runs scans in order: this one starts when those
+      // before it end.
+      absl::Time start = now;
+      if (!scan_ends_.empty()) start = std::max(start, *scan_ends_.rbegin());
+      out.expected_end =
+          start +
+          absl::Nanoseconds(cost->second * static_cast<double>(batch.size()));
+    }
+    scan_ends_.insert(out.expected_end);
+  }
   if (q.queries == 0) queues_.erase(queue);
-  return batch;
+  return out;
 }
 
 void Scheduler::SweepExpiredLocked(absl::Time now,
@@ -396,7 +440,7 @@ void Scheduler::Spin(uint64_t seen, absl::Time until) {
 void Scheduler::ExecutorLoop() {
   for (;;) {
     std::vector<Entry> expired;
-    std::vector<Entry> batch;
+    Batch batch;
     absl::Time now;
     bool exit = false;
     bool spun = false;  // once per idle period, then sleep
@@ -406,7 +450,7 @@ void Scheduler::ExecutorLoop() {
         now = clock_->Now();
         SweepExpiredLocked(now, &expired);
         batch = TakeBatchLocked(now);
-        if (!expired.empty() || !batch.empty()) break;
+        if (!expired.empty() || !batch.entries.empty()) break;
         if (stopping_ && queued_queries_ == 0) {
           exit = true;
           break;
@@ -443,7 +487,7 @@ void Scheduler::ExecutorLoop() {
       PublishDepthLocked();
     }
     AnswerExpired(std::move(expired), now);
-    if (!batch.empty()) RunBatch(std::move(batch), now);
+    if (!batch.entries.empty()) RunBatch(std::move(batch), now);
     if (exit) return;
   }
 }
@@ -460,11 +504,41 @@ void Scheduler::AnswerExpired(std::vector<Entry> expired, absl::Time now) {
   }
 }
 
-void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
+void Scheduler::EndRunningScan(absl::Time expected_end,
+                               absl::string_view corpus, int64_t queries,
+                               int64_t own_ns) {
+  absl::MutexLock lock(&mu_);
+  --running_scans_;
+  scan_ends_.erase(scan_ends_.find(expected_end));
+  if (queries > 0 && own_ns > 0) {
+    const double sample =
+        static_cast<double>(own_ns) / static_cast<double>(queries);
+    auto it = scan_ns_per_query_.find(corpus);
+    if (it == scan_ns_per_query_.end()) {
+      scan_ns_per_query_.emplace(std::string(corpus), sample);
+    } else {
+      it->second += (sample - it->second) / 8;  // about the last 8 batches
+    }
+  }
+  // A held scan lane may be ready now: wake the idle executors.
+  if (options_.max_running_scans > 0) BumpGenerationLocked();
+}
+
+void Scheduler::RunBatch(Batch batch, absl::Time start) {
+  // A scan batch counts as running until the backend returns (or until
+  // it turns out to have nothing to run).
+  bool running_scan = batch.scan;
+  const std::string corpus =
+      batch.scan ? batch.entries.front().task.snapshot->config().name : "";
+  int64_t ran = 0, own_ns = 0;
+  auto end_running_scan = [&] {
+    if (running_scan) EndRunningScan(batch.expected_end, corpus, ran, own_ns);
+    running_scan = false;
+  };
   // Cancelled queries leave without running.
   std::vector<Entry> live;
-  live.reserve(batch.size());
-  for (Entry& e : batch) {
+  live.reserve(batch.entries.size());
+  for (Entry& e : batch.entries) {
     if (e.task.is_cancelled && e.task.is_cancelled()) {
       if (metrics_) metrics_->CountRejected("cancelled");
       e.task.done(absl::CancelledError("the client cancelled the request"));
@@ -472,7 +546,10 @@ void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
       live.push_back(std::move(e));
     }
   }
-  if (live.empty()) return;
+  if (live.empty()) {
+    end_running_scan();
+    return;
+  }
 
   const CorpusSnapshot& snapshot = *live.front().task.snapshot;
   SearchBatch search;
@@ -501,6 +578,11 @@ void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
       nothing ? absl::OkStatus()
               : backend_->Search(params, absl::MakeSpan(results), &timing);
   const absl::Time end = clock_->Now();
+  if (status.ok() && !nothing) {
+    ran = static_cast<int64_t>(live.size());
+    own_ns = absl::ToInt64Nanoseconds(end - start) - timing.device_wait_ns;
+  }
+  end_running_scan();
   if (metrics_) metrics_->ObserveBatch(static_cast<int>(live.size()));
   for (size_t i = 0; i < live.size(); ++i) {
     Entry& e = live[i];
@@ -526,6 +608,7 @@ void Scheduler::RunBatch(std::vector<Entry> batch, absl::Time start) {
       metrics_->ObserveStage("kernel", out.kernel_ns * 1e-9);
       metrics_->ObserveStage("topk", out.topk_ns * 1e-9);
       metrics_->ObserveStage("d2h", timing.d2h_ns * 1e-9);
+      metrics_->ObserveStage("device_wait", timing.device_wait_ns * 1e-9);
       metrics_->ObserveStage("total", absl::ToDoubleSeconds(end - e.enqueued));
     }
     e.task.done(std::move(out));

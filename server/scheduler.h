@@ -27,6 +27,20 @@
 // the first one that would take the batch over any of those limits or the
 // backend's.
 //
+// Scan admission: with max_running_scans > 0, no scan lane is ready while
+// that many scan batches are inside the backend. A scan batch fills the
+// device for its whole run, so one taken early only waits there behind the
+// others; held in its lane instead, it closes when a running scan returns,
+// with the queries that came meanwhile. Rerank lanes are never held. With
+// scan_lead > 0, one more scan batch may close scan_lead before the first
+// running scan is expected to return (its start plus its queries times the
+// corpus's recent backend time per scan query), so that it is staged and
+// waiting when the device frees: no idle gap between batches, and still
+// the queries of (nearly) the whole run in the batch. An estimate that is
+// early only makes that batch wait on the device; one that is late leaves
+// the gap. Until a corpus has a measured scan, its batches wait for a
+// return.
+//
 // Fairness: executors serve ready corpora round-robin (one batch per corpus
 // per turn), and within a corpus alternate between its scan and rerank
 // lanes, so a ready corpus waits for at most one batch of each other ready
@@ -115,6 +129,12 @@ struct SchedulerOptions {
   int64_t max_batch_tokens = 16384;
   absl::Duration max_queue_delay = absl::Milliseconds(1);  // 0: at once
 
+  // Scan batches that may be inside the backend at once (0: no limit but
+  // the executors), and how long before the first of them is expected to
+  // return one more may close (0: not before); see "Scan admission".
+  int32_t max_running_scans = 0;
+  absl::Duration scan_lead = absl::ZeroDuration();
+
   // How long one idle executor polls for new work before it sleeps (0: it
   // sleeps at once). Costs up to one busy core while the server is idle.
   absl::Duration idle_spin = absl::ZeroDuration();
@@ -189,6 +209,14 @@ class Scheduler {
       return priority != o.priority ? priority > o.priority : seq < o.seq;
     }
   };
+  // A batch taken from one lane.
+  struct Batch {
+    std::vector<Entry> entries;
+    bool scan = false;
+    // Scan: when it is expected to leave the backend; InfiniteFuture while
+    // its corpus has no measured scan.
+    absl::Time expected_end = absl::InfiniteFuture();
+  };
   // The queued tasks of one corpus and kind.
   struct Lane {
     std::map<Order, Entry> tasks;
@@ -215,16 +243,25 @@ class Scheduler {
   // REQUIRES: mu_ held.
   absl::Status CheckLimitsLocked(const std::vector<QueryTask>& tasks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool LaneReadyLocked(const Lane& lane, absl::Time now) const
+  bool LaneReadyLocked(const Lane& lane, int kind, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When scan lanes may next close a batch ("Scan admission"):
+  // InfinitePast when they are not held, InfiniteFuture when they wait for
+  // a running scan to return. REQUIRES: mu_ held.
+  absl::Time ScanGateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A scan batch expected to end at `expected_end` left the backend after
+  // running `queries` queries of `corpus` in `own_ns` of its own (not
+  // waiting for other searches): updates the corpus's cost per query and
+  // reopens the scan lanes.
+  void EndRunningScan(absl::Time expected_end, absl::string_view corpus,
+                      int64_t queries, int64_t own_ns) ABSL_LOCKS_EXCLUDED(mu_);
   // When the executors must look again: the earliest batching window or
   // task expiry. REQUIRES: mu_ held.
   absl::Time NextWakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the next batch of the next ready corpus in round-robin order;
   // empty when no lane is ready. REQUIRES: mu_ held.
-  std::vector<Entry> TakeBatchLocked(absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<Entry> TakeFromLaneLocked(QueueMap::iterator queue, int kind)
+  Batch TakeBatchLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Batch TakeFromLaneLocked(QueueMap::iterator queue, int kind, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves every task that can no longer finish in time to *expired.
   // REQUIRES: mu_ held.
@@ -240,7 +277,7 @@ class Scheduler {
 
   // Answers DEADLINE_EXCEEDED to tasks swept at `now`. Called without mu_.
   void AnswerExpired(std::vector<Entry> expired, absl::Time now);
-  void RunBatch(std::vector<Entry> batch, absl::Time start);
+  void RunBatch(Batch batch, absl::Time start);
 
   Backend* const backend_;
   const SchedulerOptions options_;
@@ -258,6 +295,12 @@ class Scheduler {
   std::multiset<absl::Time> expiries_ ABSL_GUARDED_BY(mu_);  // finite only
   int64_t queued_queries_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t running_scans_ ABSL_GUARDED_BY(mu_) = 0;  // taken, not returned
+  // The expected ends of the running scans (Batch::expected_end).
+  std::multiset<absl::Time> scan_ends_ ABSL_GUARDED_BY(mu_);
+  // Per corpus: a moving average of its scans' backend time per query (ns).
+  std::map<std::string, double, std::less<>> scan_ns_per_query_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   // Bumped by every change that may make work ready sooner (Submit,
   // Shutdown); idle executors wait for it to move.

@@ -223,6 +223,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         g.corpus_budget_bytes = options.corpus_budget_bytes;
         g.stream_buffer_bytes = options.stream_buffer_bytes;
         g.pinned_budget_bytes = options.pinned_budget_bytes;
+        g.serialize_scans = options.gpu_serialize_scans;
         absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
         if (gpu.ok()) {
           shards.push_back(*std::move(gpu));

@@ -80,6 +80,9 @@ struct ServerOptions {
   // More than 1 runs the sharded path on one device (tests, benchmarks).
   int shards_per_device = 1;
   int gpu_workers = 4;  // concurrent searches per GPU backend (streams)
+  // Scans of concurrent batches run their kernels one batch after another
+  // (GpuBackendOptions::serialize_scans).
+  bool gpu_serialize_scans = true;
   int cpu_threads = 0;  // CPU backend threads; 0 = one per core
   // Most corpus bytes each backend shard keeps (0: as much as fits).
   int64_t corpus_budget_bytes = 0;

@@ -53,6 +53,7 @@ class TestBackend final : public testing::ForwardingBackend {
     {
       absl::MutexLock lock(&mu_);
       ++entered_;
+      if (on_entry_) on_entry_();
       mu_.Await(absl::Condition(&open_));
       Call c;
       c.num_queries = p.num_queries;
@@ -67,6 +68,15 @@ class TestBackend final : public testing::ForwardingBackend {
   void Open() {
     absl::MutexLock lock(&mu_);
     open_ = true;
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  // Runs `f` as each later search enters (before the gate); null: nothing.
+  void OnEntry(std::function<void()> f) {
+    absl::MutexLock lock(&mu_);
+    on_entry_ = std::move(f);
   }
   // Waits until `n` searches have started (real-time guard).
   bool WaitForEntered(int n) {
@@ -108,6 +118,7 @@ class TestBackend final : public testing::ForwardingBackend {
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   int entered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> on_entry_ ABSL_GUARDED_BY(mu_);
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -578,6 +589,72 @@ TEST_F(SchedulerTest, ScanAndRerankQueriesBatchSeparately) {
                            std::make_pair(true, std::vector<int32_t>{2, 4})));
 }
 
+TEST_F(SchedulerTest, ScanLaneStaysOpenWhileMaxRunningScansRun) {
+  SchedulerOptions o;
+  o.num_executors = 2;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.max_running_scans = 1;
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 1))), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(1));
+  // One scan runs: the next two wait in their lane although their window
+  // is 0 and an executor is idle; a rerank is not held.
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 2))), IsOk());
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 3))), IsOk());
+  ASSERT_THAT(s.Submit(One(RerankTask(NewResult(), 4))), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(2));
+  EXPECT_EQ(s.queued(), 2);
+  backend_.Open();
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  for (Result& r : results_) EXPECT_THAT(r.out, IsOk());
+  std::vector<std::vector<int32_t>> scans;
+  for (const TestBackend::Call& c : backend_.calls()) {
+    if (!c.rerank) scans.push_back(c.top_k);
+  }
+  // The held queries close as one batch when the running scan returns.
+  EXPECT_EQ(scans, (std::vector<std::vector<int32_t>>{{1}, {2, 3}}));
+  s.Shutdown();
+}
+
+TEST_F(SchedulerTest, ScanLeadClosesTheNextScanBeforeTheRunningOneReturns) {
+  backend_.Open();
+  SchedulerOptions o;
+  o.num_executors = 2;
+  o.max_queue_delay = absl::ZeroDuration();
+  o.max_running_scans = 1;
+  o.scan_lead = absl::Milliseconds(2);
+  Scheduler s(&backend_, o, nullptr, &clock_);
+  // A first scan of one query takes 10 ms of backend time: the corpus's
+  // cost per query.
+  backend_.OnEntry([this] { clock_.Advance(absl::Milliseconds(10)); });
+  Result* first = NewResult();
+  ASSERT_THAT(s.Submit(One(Task(first, 1))), IsOk());
+  ASSERT_TRUE(first->Wait());
+  backend_.OnEntry(nullptr);
+  backend_.Close();
+  // The second is expected back 10 ms after it starts; the third may close
+  // 2 ms before that, not sooner.
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 2))), IsOk());
+  ASSERT_TRUE(backend_.WaitForEntered(2));
+  ASSERT_THAT(s.Submit(One(Task(NewResult(), 3))), IsOk());
+  // The idle executor sleeps until the gate opens.
+  ASSERT_TRUE(clock_.WaitForWaiter(clock_.Now() + absl::Milliseconds(8)));
+  clock_.Advance(absl::Milliseconds(7));
+  EXPECT_EQ(backend_.entered(), 2);
+  EXPECT_EQ(s.queued(), 1);
+  clock_.Advance(absl::Milliseconds(1));
+  // The second scan is still in the backend.
+  ASSERT_TRUE(backend_.WaitForEntered(3));
+  EXPECT_EQ(s.queued(), 0);
+  backend_.Open();
+  for (Result& r : results_) ASSERT_TRUE(r.Wait());
+  for (Result& r : results_) EXPECT_THAT(r.out, IsOk());
+  // Three batches of one query each (the last two leave the gate in
+  // either order).
+  EXPECT_THAT(backend_.first_top_ks(), UnorderedElementsAre(1, 2, 3));
+  s.Shutdown();
+}
+
 TEST_F(SchedulerTest, BatchesQueuedQueriesOfOneSnapshot) {
   SchedulerOptions o;
   o.max_queue_delay = absl::ZeroDuration();
@@ -687,6 +764,10 @@ TEST(SchedulerOptionsTest, ValidationNamesTheFlag) {
        "--min_execution_time"},
       {[](SchedulerOptions& o) { o.idle_spin = -absl::Microseconds(1); },
        "--executor_spin"},
+      {[](SchedulerOptions& o) { o.max_running_scans = -1; },
+       "--max_running_scans"},
+      {[](SchedulerOptions& o) { o.scan_lead = -absl::Milliseconds(1); },
+       "--scan_lead"},
       {[](SchedulerOptions& o) { o.max_queued_queries = 0; },
        "--max_queued_queries"},
       {[](SchedulerOptions& o) { o.max_queued_bytes = 0; },
