@@ -26,7 +26,8 @@
 //
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME[,NAME...]]
 //                     [--kernels tma|mma] [--tma-box 16|64]
-//                     [--tma-scan-group TILES]
+//                     [--tma-scan-group TILES] [--scan-chunk-entries N]
+//                     [--scan-docs-per-unit N]
 //
 // e.g. --only colbert_scan_100k,colbert_scan_100k_int8 measures one int8
 // shape with its twin.
@@ -678,6 +679,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> only;  // empty: every shape
   int box = 64;
   int scan_group = 0;
+  int64_t chunk_entries = 0;  // 0: the backend's defaults
+  int64_t docs_per_unit = 0;
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -693,12 +696,17 @@ int main(int argc, char** argv) {
       box = std::atoi(argv[++i]);
     else if (a == "--tma-scan-group" && i + 1 < argc)
       scan_group = std::atoi(argv[++i]);
+    else if (a == "--scan-chunk-entries" && i + 1 < argc)
+      chunk_entries = std::atoll(argv[++i]);
+    else if (a == "--scan-docs-per-unit" && i + 1 < argc)
+      docs_per_unit = std::atoll(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--runs N] "
                    "[--only NAME[,NAME...]] "
                    "[--kernels tma|mma] [--tma-box 16|64] "
-                   "[--tma-scan-group TILES]\n",
+                   "[--tma-scan-group TILES] [--scan-chunk-entries N] "
+                   "[--scan-docs-per-unit N]\n",
                    argv[0]);
       return 1;
     }
@@ -727,6 +735,8 @@ int main(int argc, char** argv) {
   opt.use_tma = kernels != "mma";
   opt.tma_scan_box_rows = box;
   opt.tma_scan_tile_group = scan_group;
+  if (chunk_entries > 0) opt.scan_chunk_entries = chunk_entries;
+  opt.tma_scan_docs_per_unit = docs_per_unit;
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {
@@ -799,6 +809,10 @@ int main(int argc, char** argv) {
        kPlaidRerankBaselineMs / 10},
       {"plaid_rerank_25k_batch16", 16, 32, rerank_plaid.get(), 4096, 4,
        kPlaidRerankBaselineMs / 10},
+      // Smaller batches, as the service runs them below its scan capacity
+      // (no target: the cost per query against batch64's).
+      {"colbert_batch16_scan_100k", 16, 32, colbert.get(), 0, 0, 0},
+      {"colbert_batch32_scan_100k", 32, 32, colbert.get(), 0, 0, 0},
       {"colbert_batch64_scan_100k", 64, 32, colbert.get(), 0, 1, 60},
       {"colbert_batch64_scan_100k_int8q", 64, 32, colbert_int8.get(), 0, 0, 0,
        true},

@@ -25,6 +25,14 @@
 #   rerank100k_2lg  the highest rerank rate from two loadgen processes
 #   scan_e1       the scan sweep with one executor (--executors=1)
 #   scan_e1_b128  the same with batches of 128 queries
+#   scan_interleaved  the scan sweep with --gpu_serialize_scans=false
+#                 --max_running_scans=0 (the service before either existed)
+#   scan_r1       the scan sweep with --max_running_scans=1 --scan_lead=0
+#   scan_r2       the same with 2
+#   scan_held0    the scan sweep with --max_running_scans=0 (scan batches
+#                 close whenever an executor is free)
+#   scan_r1_lead<N>  scan_r1 with --scan_lead=<N>ms (the scan case runs the
+#                 defaults, --max_running_scans=1 --scan_lead=3ms)
 #
 # Environment: SERVER_FLAGS (extra maxsimd flags), DURATION (seconds per
 # measured point, default 5), RERANK_RATES, SCAN_RATES (comma-separated).
@@ -145,6 +153,20 @@ for c in "${cases[@]}"; do
     scan_e1_b128)
       scan_sweep scan_e1_b128 "$scan_rates" --executors=1 \
         --batch_max_queries=128
+      ;;
+    # As before scan admission and scan order existed: scan batches close
+    # whenever an executor is free, and their kernels interleave on the GPU.
+    scan_interleaved)
+      scan_sweep scan_interleaved "$scan_rates" --gpu_serialize_scans=false \
+        --max_running_scans=0
+      ;;
+    # Scan batches held in the queue while 1 (2) run.
+    scan_r1) scan_sweep scan_r1 "$scan_rates" --max_running_scans=1 --scan_lead=0 ;;
+    scan_r2) scan_sweep scan_r2 "$scan_rates" --max_running_scans=2 --scan_lead=0 ;;
+    scan_held0) scan_sweep scan_held0 "$scan_rates" --max_running_scans=0 ;;
+    scan_r1_lead[0-9]*)
+      scan_sweep "$c" "$scan_rates" --max_running_scans=1 \
+        --scan_lead="${c##*lead}ms"
       ;;
     rerank) rerank_sweep rerank rerank 500000 ;;
     # Two batches in flight instead of the default four.
