@@ -5,6 +5,7 @@
 #include <limits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MAXSIMD_HAVE_F16C_PATH 1
 #endif
@@ -32,9 +33,20 @@ __attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in,
   for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
 }
 
+// CPUID leaf 1: AVX, F16C and OSXSAVE; then XCR0: the OS saves the YMM
+// registers.
 bool HasF16c() {
-  static const bool has =
-      __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+    constexpr unsigned kOsxsave = 1u << 27, kAvx = 1u << 28, kF16c = 1u << 29;
+    if ((c & (kOsxsave | kAvx | kF16c)) != (kOsxsave | kAvx | kF16c)) {
+      return false;
+    }
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
   return has;
 }
 #endif
