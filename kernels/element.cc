@@ -14,12 +14,14 @@ namespace maxsimd {
 namespace {
 
 #ifdef MAXSIMD_HAVE_F16C_PATH
-// Eight values per instruction, rounded to nearest even like FloatToHalf.
-// A group holding a NaN goes through FloatToHalf instead, which makes every
-// NaN the same quiet NaN (the instruction would keep part of the payload).
-__attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in,
-                                                            int64_t n,
-                                                            uint16_t* out) {
+// Converts the whole groups of eight values, eight per instruction,
+// rounded to nearest even like FloatToHalf, and returns how many it
+// converted. A group holding a NaN goes through FloatToHalf instead, which
+// makes every NaN the same quiet NaN (the instruction would keep part of
+// the payload).
+__attribute__((target("avx,f16c"))) int64_t FloatsToHalvesF16c(const float* in,
+                                                               int64_t n,
+                                                               uint16_t* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 x = _mm256_loadu_ps(in + i);
@@ -30,7 +32,7 @@ __attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in,
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+  return i;
 }
 
 // CPUID leaf 1: AVX, F16C and OSXSAVE; then XCR0: the OS saves the YMM
@@ -54,13 +56,11 @@ bool HasF16c() {
 }  // namespace
 
 void FloatsToHalves(const float* in, int64_t n, uint16_t* out) {
+  int64_t i = 0;
 #ifdef MAXSIMD_HAVE_F16C_PATH
-  if (HasF16c()) {
-    FloatsToHalvesF16c(in, n, out);
-    return;
-  }
+  if (HasF16c()) i = FloatsToHalvesF16c(in, n, out);
 #endif
-  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(in[i]);
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
 }
 
 const char* DTypeName(DType t) {

@@ -526,14 +526,12 @@ void Scheduler::EndRunningScan(absl::Time expected_end,
 
 void Scheduler::RunBatch(Batch batch, absl::Time start) {
   // A scan batch counts as running until the backend returns (or until
-  // it turns out to have nothing to run).
-  bool running_scan = batch.scan;
+  // it turns out to have nothing to run): each path below ends it once.
   const std::string corpus =
       batch.scan ? batch.entries.front().task.snapshot->config().name : "";
   int64_t ran = 0, own_ns = 0;
   auto end_running_scan = [&] {
-    if (running_scan) EndRunningScan(batch.expected_end, corpus, ran, own_ns);
-    running_scan = false;
+    if (batch.scan) EndRunningScan(batch.expected_end, corpus, ran, own_ns);
   };
   // Cancelled queries leave without running.
   std::vector<Entry> live;
