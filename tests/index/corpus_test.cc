@@ -314,7 +314,7 @@ TEST_F(CorpusTest, Int8BuilderQuantisesEveryRowAtAppend) {
   EXPECT_EQ(d.scales, want_scales);
   EXPECT_EQ(d.scales[1], 0.f);  // the zero row
   EXPECT_EQ(std::vector<int8_t>(d.tokens.begin() + 8, d.tokens.end()),
-            (std::vector<int8_t>{0, -2, 2, 127}));  // scale 1, ties to even
+            (std::vector<int8_t>{0, -2, 2, 127}));  // step 1, ties to even
   // A rejected message leaves nothing, scales included.
   std::vector<float> nan(4, 1.f);
   nan[3] = std::numeric_limits<float>::quiet_NaN();
@@ -335,9 +335,15 @@ TEST_F(CorpusTest, Int8BuilderQuantisesEveryRowAtAppend) {
   std::vector<float> back(4);
   DequantizeInt8Row(reinterpret_cast<const int8_t*>(d.tokens.data()),
                     d.scales[0], 4, back.data());
-  EXPECT_EQ(d.scales[0], 0.8f / 127.f);
-  EXPECT_NEAR(back[0], 0.6f, d.scales[0] / 2);
-  EXPECT_FLOAT_EQ(back[2], 0.8f);
+  // {0.6, 0, 0.8, 0}: codes {95, 0, 127, 0} on the step 0.8 / 127, and
+  // the fitted scale (kernels/quantize.h).
+  EXPECT_EQ(std::vector<int8_t>(d.tokens.begin(), d.tokens.end()),
+            (std::vector<int8_t>{95, 0, 127, 0}));
+  EXPECT_EQ(d.scales[0],
+            static_cast<float>((double{0.6f} * 95 + double{0.8f} * 127) /
+                               (95 * 95 + 127 * 127)));
+  EXPECT_NEAR(back[0], 0.6f, 0.8f / 127.f / 2);
+  EXPECT_NEAR(back[2], 0.8f, 0.8f / 127.f / 2);
 }
 
 TEST_F(CorpusTest, Int8BytesCountCodesAndScales) {

@@ -295,10 +295,11 @@ TEST(GpuInt8Test, RerankMatchesReferenceWithDuplicatesAndDeletedCandidates) {
 //     0.5 * 127 = 63.5 exactly (the unrounded row would give 63.5155);
 //     quantised, scale (1 + 2^-12) / 127 and codes {127, 0}: the cell is
 //     q_scale * (0.5 * 16129);
-//   {3, 7}: the best cell is the second document row: 0.3 * 170 in the
-//     fp16 mode; quantised, scale 7 / 127 and codes {54, 127}, the cell is
-//     q_scale * (0.3 * 3080) = 50.929138..., where the other order,
-//     (q_scale * 0.3) * 3080, rounds to 50.929134...
+//   {3, 8}: the best cell is the second document row: 0.3 * 190 in the
+//     fp16 mode; quantised, codes {48, 127} (3 / (8 / 127) = 47.6) and
+//     the fitted scale (3 * 48 + 8 * 127) / (48^2 + 127^2) = 1160 / 18433,
+//     the cell is q_scale * (0.3 * 3020) = 57.01514..., where the other
+//     order, (q_scale * 0.3) * 3020, rounds to 57.015137...
 TEST(GpuInt8Test, ScoresFollowTheStatedFormulasExactly) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   Backend& backend = SharedGpuBackend();
@@ -316,7 +317,7 @@ TEST(GpuInt8Test, ScoresFollowTheStatedFormulasExactly) {
     seg.scales = {0.5f, 0.3f};
     const DeviceSegment d = Upload(backend, seg);
     const std::vector<std::vector<float>> rows = {
-        {127.f, -3.f}, {0.f, 0.f}, {odd, 0.f}, {3.f, 7.f}};
+        {127.f, -3.f}, {0.f, 0.f}, {odd, 0.f}, {3.f, 8.f}};
     for (bool quantize : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "dim " << dim << " quantize_queries " << quantize);
@@ -336,8 +337,9 @@ TEST(GpuInt8Test, ScoresFollowTheStatedFormulasExactly) {
       const std::vector<float> want =
           quantize ? std::vector<float>{8160.5f, 0.f,
                                         (odd / 127.f) * (0.5f * 16129.f),
-                                        (7.f / 127.f) * (0.3f * 3080.f)}
-                   : std::vector<float>{8160.5f, 0.f, 63.5f, 0.3f * 170.f};
+                                        static_cast<float>(1160.0 / 18433.0) *
+                                            (0.3f * 3020.f)}
+                   : std::vector<float>{8160.5f, 0.f, 63.5f, 0.3f * 190.f};
       const auto got = GpuSearch(backend, batch.Params());
       for (size_t q = 0; q < rows.size(); ++q) {
         ASSERT_EQ(got[q].size(), 1u) << "query " << q;
