@@ -18,8 +18,9 @@
 // benchmark's corpus the top-10 overlap with the exact ranking rises from
 // 0.987 to 0.991 (fp16 queries) and from 0.984 to 0.994 (quantised
 // queries) against scale = step (bench/NOTES.md, "s5: int8 with a
-// least-squares scale per token"). The fit lies in [step / 2, 3 step / 2], and
-// ||x - scale * q|| <= ||x - step * q|| <= sqrt(dim) * step / 2.
+// least-squares scale per token"). The fit lies in [step / 2, 3 step / 2],
+// and ||x - scale * q|| <= ||x - step * q|| <= sqrt(dim) * step / 2 (up to
+// the fit's rounding to fp32).
 //
 // A row whose step is not a normal fp32 number (all zeros, or
 // max_i |x_i| < 127 * 2^-126, about 1.5e-36) gets scale 0 and every q_i 0;
