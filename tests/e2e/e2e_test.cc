@@ -51,8 +51,10 @@ class E2eTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            absl::StrCat("maxsimd_e2e_", getpid(), "_", ++counter_);
     std::filesystem::create_directories(dir_);
+    // The drain deadline leaves room for the drain test's batch, ~20 s of
+    // CPU scoring when a 2-core machine is shared with other tests.
     auto server = ::maxsimd::testing::ServerProcess::Start(
-        {"--drain_timeout=20s", "--max_queue_delay=1s"});
+        {"--drain_timeout=90s", "--max_queue_delay=1s"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     port_ = server_->port();
@@ -697,7 +699,7 @@ TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_GT(finished_at, sigterm_at)
       << "the batch finished before SIGTERM; make the workload larger";
-  EXPECT_EQ(server_->WaitForExit(absl::Seconds(60)), 0);
+  EXPECT_EQ(server_->WaitForExit(absl::Seconds(120)), 0);
 }
 
 }  // namespace
