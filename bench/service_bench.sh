@@ -23,6 +23,8 @@
 #   rerank_e2     the rerank sweep with 2 executors and 2 GPU workers
 #   rerank100k    the rerank sweep on the 100k-document corpus
 #   rerank100k_2lg  the highest rerank rate from two loadgen processes
+#                 (4 channels each), 100k-document corpus
+#   rerank_2lg    the same on the rerank case's 500k-document corpus
 #   scan_e1       the scan sweep with one executor (--executors=1)
 #   scan_e1_b128  the same with batches of 128 queries
 #   scan_interleaved  the scan sweep with --gpu_serialize_scans=false
@@ -112,6 +114,26 @@ rerank_sweep() {
   stop_server
 }
 
+# rerank_2lg <case> <corpus> <docs>: the rerank case's last rate, offered
+# by two load generator processes at half the rate each, with a thread
+# snapshot (top -H) mid-run.
+rerank_2lg() {
+  local c=$1 corpus=$2 docs=$3 pids=() i
+  start_server "$c" --demo_corpus="$corpus:$docs:300" --max_queue_delay=1ms
+  for i in 1 2; do
+    loadgen --corpus="$corpus" --candidates=1000 --num_docs="$docs" \
+      --top_k=10 --channels=4 --seed=$i --rate=$((${rerank_rates##*,} / 2)) \
+      --json="$out/${c}_$i.json" >"$out/${c}_$i.txt" &
+    pids+=($!)
+  done
+  sleep $((duration / 2 + 1))
+  top -b -H -n 1 -w 200 | head -60 >"$out/top_$c.txt" || true
+  wait "${pids[@]}"
+  cat "$out/${c}"_[12].txt
+  scrape "$c"
+  stop_server
+}
+
 for c in "${cases[@]}"; do
   case $c in
     idle | idle_nospin)
@@ -172,26 +194,10 @@ for c in "${cases[@]}"; do
     # Two batches in flight instead of the default four.
     rerank_e2) rerank_sweep rerank_e2 rerank 500000 --executors=2 --gpu_workers=2 ;;
     rerank100k) rerank_sweep rerank100k scan 100000 ;;
-    rerank100k_2lg)
-      # Two load generator processes at half the rate each, with a thread
-      # snapshot (top -H) mid-run: tells a client-bound run from a
-      # server-bound one.
-      start_server rerank100k_2lg --demo_corpus=scan:100000:300 \
-        --max_queue_delay=1ms
-      pids=()
-      for i in 1 2; do
-        loadgen --corpus=scan --candidates=1000 --num_docs=100000 --top_k=10 \
-          --channels=4 --seed=$i --rate=$((${rerank_rates##*,} / 2)) \
-          --json="$out/rerank100k_2lg_$i.json" >"$out/rerank100k_2lg_$i.txt" &
-        pids+=($!)
-      done
-      sleep $((duration / 2 + 1))
-      top -b -H -n 1 -w 200 | head -60 >"$out/top_rerank100k_2lg.txt" || true
-      wait "${pids[@]}"
-      cat "$out"/rerank100k_2lg_[12].txt
-      scrape rerank100k_2lg
-      stop_server
-      ;;
+    # Two load generator processes: tells a client-bound run from a
+    # server-bound one.
+    rerank100k_2lg) rerank_2lg rerank100k_2lg scan 100000 ;;
+    rerank_2lg) rerank_2lg rerank_2lg rerank 500000 ;;
     *) echo "service_bench: unknown case $c" >&2; exit 1 ;;
   esac
 done
