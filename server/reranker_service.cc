@@ -103,8 +103,6 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-namespace {
-
 // One Rerank call on the completion-queue API. Three events of the call
 // arrive on its queue, each with its own tag: the request (the call has
 // started, or with ok == false the queue is shutting down and it never
@@ -114,7 +112,8 @@ namespace {
 // after both finish and done, so the `done` of its task, which calls
 // Finish(), never outlives it. Each queue has one thread, so the events of
 // one call never run at once; `done` runs on an executor thread and touches
-// the call only up to its Finish().
+// the call only up to its Finish(). (Outside the anonymous namespace: the
+// service befriends it for queue_mu_.)
 class AsyncRerankCall {
  public:
   enum class Event { kRequest, kFinish, kDone };
@@ -133,14 +132,23 @@ class AsyncRerankCall {
 
   void OnEvent(Event event, bool ok) {
     switch (event) {
-      case Event::kRequest:
+      case Event::kRequest: {
         if (!ok) {  // shutting down: no call, and no done event to come
           delete this;
+          return;
+        }
+        // No new work on a queue that StopRerankQueues is shutting down.
+        absl::ReaderMutexLock lock(&service_->queue_mu_);
+        if (service_->queues_stopping_) {
+          // A call that started as the server's drain ran out: the server
+          // has cancelled it, and its done event is all that is left.
+          events_left_ = 1;
           return;
         }
         new AsyncRerankCall(service_, queue_);  // the next call's slot
         Start();
         return;
+      }
       case Event::kDone:
         if (ctx_.IsCancelled()) {
           cancelled_.store(true);
@@ -208,8 +216,6 @@ class AsyncRerankCall {
   std::string request_id_;  // x-request-id metadata; "" when absent
 };
 
-}  // namespace
-
 void RerankerService::StartRerankQueues(
     std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues,
     int calls_per_queue) {
@@ -230,8 +236,11 @@ void RerankerService::StartRerankQueues(
 }
 
 void RerankerService::StopRerankQueues() {
-  if (queues_stopped_) return;
-  queues_stopped_ = true;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (queues_stopping_) return;
+    queues_stopping_ = true;
+  }
   for (const auto& queue : queues_) queue->Shutdown();
   for (std::thread& t : queue_threads_) t.join();
   queue_threads_.clear();

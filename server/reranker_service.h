@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "index/registry.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
@@ -43,6 +44,8 @@
 #include "server/scheduler.h"
 
 namespace maxsimd {
+
+class AsyncRerankCall;
 
 class RerankerService final
     : public v1::Reranker::WithAsyncMethod_Rerank<
@@ -97,7 +100,12 @@ class RerankerService final
   const Authenticator* const auth_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<std::thread> queue_threads_;
-  bool queues_stopped_ = false;
+  // A Rerank call holds queue_mu_ shared while it starts operations on its
+  // queue; StopRerankQueues sets queues_stopping_ under it before it shuts
+  // the queues down, so nothing starts on a queue after its shutdown.
+  absl::Mutex queue_mu_;
+  bool queues_stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  friend class AsyncRerankCall;
 };
 
 // Copies a finished query into its response message.
