@@ -41,7 +41,7 @@ inline grpc::Status ToGrpcStatus(const absl::Status& s) {
 }
 
 // The call's deadline; InfiniteFuture when the client set none.
-inline absl::Time DeadlineOf(const grpc::CallbackServerContext& ctx) {
+inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
   const auto d = ctx.deadline();
   if (d >= std::chrono::system_clock::time_point::max() -
                std::chrono::hours(24 * 365)) {

@@ -2,8 +2,10 @@
 // --flagfile=PATH (one --flag=value per line).
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -75,6 +77,9 @@ ABSL_FLAG(bool, gpu_serialize_scans, true,
           "and copies still overlap");
 ABSL_FLAG(int, grpc_max_threads, 0,
           "gRPC resource quota: most threads gRPC may use; 0 = gRPC default");
+ABSL_FLAG(int, rerank_queues, 0,
+          "gRPC completion queues serving Rerank, each drained by a thread of "
+          "its own; 0 = half the cores, at least 2 and at most 16");
 ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
           "gRPC resource quota: memory gRPC may use for calls; 0 = gRPC "
           "default");
@@ -256,6 +261,14 @@ int main(int argc, char** argv) {
     return Fail(
         "--grpc_max_threads and --grpc_memory_quota_bytes must not be "
         "negative");
+  }
+  o.rerank_queues = absl::GetFlag(FLAGS_rerank_queues);
+  if (o.rerank_queues < 0 || o.rerank_queues > 64) {
+    return Fail("--rerank_queues must be in [0, 64]");
+  }
+  if (o.rerank_queues == 0) {
+    o.rerank_queues = std::clamp(
+        static_cast<int>(std::thread::hardware_concurrency()) / 2, 2, 16);
   }
   o.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.corpus_budget_bytes = absl::GetFlag(FLAGS_corpus_budget_bytes);

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
@@ -49,9 +52,12 @@ RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
       metrics_(metrics),
       auth_(auth) {}
 
+RerankerService::~RerankerService() { StopRerankQueues(); }
+
 absl::StatusOr<QueryTask> RerankerService::Prepare(
     const v1::RerankRequest& request, absl::string_view field,
-    grpc::CallbackServerContext* ctx, uint64_t cancel_key) const {
+    const grpc::ServerContextBase& ctx, std::function<bool()> is_cancelled,
+    uint64_t cancel_key) const {
   auto corpus = corpora_->Get(request.corpus());
   if (!corpus.ok()) {
     return absl::Status(
@@ -64,9 +70,9 @@ absl::StatusOr<QueryTask> RerankerService::Prepare(
   MAXSIMD_ASSIGN_OR_RETURN(
       task.query, DecodeQuery(request, *task.snapshot, limits_, field));
   task.priority = task.query.priority;
-  task.deadline = DeadlineOf(*ctx);
+  task.deadline = DeadlineOf(ctx);
   task.cancel_key = cancel_key;
-  task.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+  task.is_cancelled = std::move(is_cancelled);
   return task;
 }
 
@@ -97,37 +103,147 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* RerankerService::Rerank(
-    grpc::CallbackServerContext* ctx, const v1::RerankRequest* request,
-    v1::RerankResponse* response) {
-  const absl::Time arrival = absl::Now();
-  auto* reactor = new UnaryReactor(scheduler_, ctx);
-  auto finish = [reactor, arrival, metrics = metrics_](const absl::Status& s) {
-    ObserveCall(metrics, "Rerank", arrival, s, reactor->request_id());
-    reactor->Finish(ToGrpcStatus(s));
+// One Rerank call on the completion-queue API. Three events of the call
+// arrive on its queue, each with its own tag: the request (the call has
+// started, or with ok == false the queue is shutting down and it never
+// will), the finish (the response or status went out, or could not), and
+// done (AsyncNotifyWhenDone: the call is over, finished or cancelled;
+// delivered only for a call that started). A started call deletes itself
+// after both finish and done, so the `done` of its task, which calls
+// Finish(), never outlives it. Each queue has one thread, so the events of
+// one call never run at once; `done` runs on an executor thread and touches
+// the call only up to its Finish(). (Outside the anonymous namespace: the
+// service befriends it for queue_mu_.)
+class AsyncRerankCall {
+ public:
+  enum class Event { kRequest, kFinish, kDone };
+  struct Tag {
+    AsyncRerankCall* call;
+    Event event;
   };
-  if (absl::Status refused =
-          auth_->Check(*ctx, Scope::kQuery, "Reranker.Rerank");
-      !refused.ok()) {
-    finish(refused);
-    return reactor;
+
+  // Asks for the next Rerank call on `queue`.
+  AsyncRerankCall(RerankerService* service, grpc::ServerCompletionQueue* queue)
+      : service_(service), queue_(queue), responder_(&ctx_) {
+    ctx_.AsyncNotifyWhenDone(&done_tag_);
+    service_->RequestRerank(&ctx_, &request_, &responder_, queue_, queue_,
+                            &request_tag_);
   }
-  absl::StatusOr<QueryTask> task =
-      Prepare(*request, "", ctx, reactor->cancel_key());
-  if (!task.ok()) {
-    finish(task.status());
-    return reactor;
+
+  void OnEvent(Event event, bool ok) {
+    switch (event) {
+      case Event::kRequest: {
+        if (!ok) {  // shutting down: no call, and no done event to come
+          delete this;
+          return;
+        }
+        // No new work on a queue that StopRerankQueues is shutting down.
+        absl::ReaderMutexLock lock(&service_->queue_mu_);
+        if (service_->queues_stopping_) {
+          // A call that started as the server's drain ran out: the server
+          // has cancelled it, and its done event is all that is left.
+          events_left_ = 1;
+          return;
+        }
+        new AsyncRerankCall(service_, queue_);  // the next call's slot
+        Start();
+        return;
+      }
+      case Event::kDone:
+        if (ctx_.IsCancelled()) {
+          cancelled_.store(true);
+          service_->scheduler()->Cancel(cancel_key_);
+        }
+        break;
+      case Event::kFinish:
+        break;
+    }
+    if (--events_left_ == 0) delete this;
   }
-  response->set_request_id(request->request_id());
-  task->done = [response, arrival, finish](absl::StatusOr<QueryOutcome> out) {
-    if (out.ok()) FillResponse(*out, arrival, response);
-    finish(out.status());
-  };
-  std::vector<QueryTask> tasks;
-  tasks.push_back(*std::move(task));
-  const absl::Status submitted = scheduler_->Submit(std::move(tasks));
-  if (!submitted.ok()) finish(submitted);
-  return reactor;
+
+ private:
+  void Start() {
+    arrival_ = absl::Now();
+    cancel_key_ = service_->scheduler()->NewCancelKey();
+    request_id_ = TakeRequestId(&ctx_);
+    if (absl::Status refused =
+            service_->auth().Check(ctx_, Scope::kQuery, "Reranker.Rerank");
+        !refused.ok()) {
+      Finish(refused);
+      return;
+    }
+    absl::StatusOr<QueryTask> task = service_->Prepare(
+        request_, "", ctx_, [this] { return cancelled_.load(); }, cancel_key_);
+    if (!task.ok()) {
+      Finish(task.status());
+      return;
+    }
+    response_.set_request_id(request_.request_id());
+    task->done = [this](absl::StatusOr<QueryOutcome> out) {
+      if (out.ok()) FillResponse(*out, arrival_, &response_);
+      Finish(out.status());
+    };
+    std::vector<QueryTask> tasks;
+    tasks.push_back(*std::move(task));
+    const absl::Status submitted =
+        service_->scheduler()->Submit(std::move(tasks));
+    if (!submitted.ok()) Finish(submitted);
+  }
+
+  // Answers the call; the last use of `this` outside the queue's thread.
+  void Finish(const absl::Status& s) {
+    ObserveCall(service_->metrics(), "Rerank", arrival_, s, request_id_);
+    if (s.ok()) {
+      responder_.Finish(response_, grpc::Status::OK, &finish_tag_);
+    } else {
+      responder_.FinishWithError(ToGrpcStatus(s), &finish_tag_);
+    }
+  }
+
+  RerankerService* const service_;
+  grpc::ServerCompletionQueue* const queue_;
+  grpc::ServerContext ctx_;
+  v1::RerankRequest request_;
+  v1::RerankResponse response_;
+  grpc::ServerAsyncResponseWriter<v1::RerankResponse> responder_;
+  Tag request_tag_{this, Event::kRequest};
+  Tag finish_tag_{this, Event::kFinish};
+  Tag done_tag_{this, Event::kDone};
+  std::atomic<int> events_left_{2};  // finish and done
+  std::atomic<bool> cancelled_{false};
+  absl::Time arrival_;
+  uint64_t cancel_key_ = 0;
+  std::string request_id_;  // x-request-id metadata; "" when absent
+};
+
+void RerankerService::StartRerankQueues(
+    std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues,
+    int calls_per_queue) {
+  queues_ = std::move(queues);
+  for (const auto& queue : queues_) {
+    for (int i = 0; i < calls_per_queue; ++i) {
+      new AsyncRerankCall(this, queue.get());
+    }
+    queue_threads_.emplace_back([q = queue.get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (q->Next(&tag, &ok)) {
+        auto* t = static_cast<AsyncRerankCall::Tag*>(tag);
+        t->call->OnEvent(t->event, ok);
+      }
+    });
+  }
+}
+
+void RerankerService::StopRerankQueues() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (queues_stopping_) return;
+    queues_stopping_ = true;
+  }
+  for (const auto& queue : queues_) queue->Shutdown();
+  for (std::thread& t : queue_threads_) t.join();
+  queue_threads_.clear();
 }
 
 grpc::ServerUnaryReactor* RerankerService::RerankBatch(
@@ -163,9 +279,9 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
   std::vector<QueryTask> tasks;
   tasks.reserve(n);
   for (int i = 0; i < n; ++i) {
-    absl::StatusOr<QueryTask> task =
-        Prepare(request->queries(i), absl::StrCat("queries[", i, "]"), ctx,
-                reactor->cancel_key());
+    absl::StatusOr<QueryTask> task = Prepare(
+        request->queries(i), absl::StrCat("queries[", i, "]"), *ctx,
+        [ctx] { return ctx->IsCancelled(); }, reactor->cancel_key());
     if (!task.ok()) {
       finish(task.status());
       return reactor;
@@ -226,8 +342,9 @@ class StreamReactor final
     }
     const absl::Time arrival = absl::Now();
     const std::string request_id = request_.request_id();
-    absl::StatusOr<QueryTask> task =
-        service_->Prepare(request_, "", ctx_, cancel_key_);
+    absl::StatusOr<QueryTask> task = service_->Prepare(
+        request_, "", *ctx_, [ctx = ctx_] { return ctx->IsCancelled(); },
+        cancel_key_);
     if (task.ok()) {
       {
         absl::MutexLock lock(&mu_);

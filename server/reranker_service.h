@@ -1,13 +1,19 @@
-// The maxsimd.v1.Reranker gRPC service (callback API).
+// The maxsimd.v1.Reranker gRPC service. Rerank, the hot unary method, runs
+// on gRPC's completion-queue API over several completion queues, each
+// drained by a thread of its own; RerankBatch and RerankStream run on the
+// callback API. (In the gRPC this builds against, the callback API's events
+// all pass through one queue that its threads drain together, which capped
+// a 16-core host at 15-18k reranks/s with cores idle: bench/NOTES.md s5.)
 //
-// A reaction never blocks: it validates and decodes the request against the
+// A handler never blocks: it validates and decodes the request against the
 // corpus snapshot current at arrival, submits QueryTasks to the scheduler
 // and returns. The scheduler's executor calls each task's `done`, which fills
 // the response and Finish()es the RPC (see scheduler.h for who owns a
 // request at each step). A request that fails validation or is refused by
 // the scheduler is finished at once and nothing is queued. When the client
-// cancels a call (or its deadline passes), the reactor's OnCancel withdraws
-// the call's still-queued queries from the scheduler (Scheduler::Cancel).
+// cancels a call (or its deadline passes), the reactor's OnCancel (for
+// Rerank, the call's done notification) withdraws the call's still-queued
+// queries from the scheduler (Scheduler::Cancel).
 // A call's x-request-id metadata is echoed in its trailing metadata and
 // tags the log lines written for it (logging.h); in RerankStream the
 // failure of one message is logged with the stream's id and the message's
@@ -22,7 +28,13 @@
 #ifndef MAXSIMD_SERVER_RERANKER_SERVICE_H_
 #define MAXSIMD_SERVER_RERANKER_SERVICE_H_
 
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "index/registry.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
@@ -33,16 +45,32 @@
 
 namespace maxsimd {
 
-class RerankerService final : public v1::Reranker::CallbackService {
+class AsyncRerankCall;
+
+class RerankerService final
+    : public v1::Reranker::WithAsyncMethod_Rerank<
+          v1::Reranker::WithCallbackMethod_RerankBatch<
+              v1::Reranker::WithCallbackMethod_RerankStream<
+                  v1::Reranker::Service>>> {
  public:
   // All pointers must outlive the service; `metrics` may be null.
   RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
                   const RequestLimits& limits, Metrics* metrics,
                   const Authenticator* auth);
+  ~RerankerService() override;
 
-  grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* ctx,
-                                   const v1::RerankRequest* request,
-                                   v1::RerankResponse* response) override;
+  // Serves Rerank on `queues` (made by ServerBuilder::AddCompletionQueue
+  // before BuildAndStart), one thread each, with `calls_per_queue` calls
+  // waiting for a request on each. Call once, right after BuildAndStart.
+  void StartRerankQueues(
+      std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues,
+      int calls_per_queue);
+  // Shuts the queues down and joins their threads; the queues themselves
+  // live until the service is destroyed (after the grpc::Server). Call
+  // after grpc::Server::Shutdown has returned (every call is over then);
+  // later calls, and the destructor's, do nothing.
+  void StopRerankQueues();
+
   grpc::ServerUnaryReactor* RerankBatch(
       grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
       v1::RerankBatchResponse* response) override;
@@ -50,11 +78,15 @@ class RerankerService final : public v1::Reranker::CallbackService {
       grpc::CallbackServerContext* ctx) override;
 
   // Decodes one request into a task (without `done`). `field` prefixes
-  // error messages; `cancel_key` is the call's Scheduler cancel key.
+  // error messages; `ctx` gives the deadline; `cancel_key` is the call's
+  // Scheduler cancel key and `is_cancelled` tells whether the call is
+  // cancelled.
   absl::StatusOr<QueryTask> Prepare(const v1::RerankRequest& request,
                                     absl::string_view field,
-                                    grpc::CallbackServerContext* ctx,
+                                    const grpc::ServerContextBase& ctx,
+                                    std::function<bool()> is_cancelled,
                                     uint64_t cancel_key) const;
+  const Authenticator& auth() const { return *auth_; }
 
   Scheduler* scheduler() const { return scheduler_; }
   Metrics* metrics() const { return metrics_; }
@@ -66,6 +98,14 @@ class RerankerService final : public v1::Reranker::CallbackService {
   const RequestLimits limits_;
   Metrics* const metrics_;
   const Authenticator* const auth_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> queue_threads_;
+  // A Rerank call holds queue_mu_ shared while it starts operations on its
+  // queue; StopRerankQueues sets queues_stopping_ under it before it shuts
+  // the queues down, so nothing starts on a queue after its shutdown.
+  absl::Mutex queue_mu_;
+  bool queues_stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  friend class AsyncRerankCall;
 };
 
 // Copies a finished query into its response message.

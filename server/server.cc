@@ -260,6 +260,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
   return ShardedBackend::Create(std::move(shards), threads_per_shard);
 }
 
+// Rerank calls waiting for a request on each completion queue: enough that
+// a burst of arrivals does not wait for the queue's thread to re-arm.
+constexpr int kRerankCallsPerQueue = 16;
+
 MaxsimServer::MaxsimServer() = default;
 
 MaxsimServer::~MaxsimServer() { Shutdown(); }
@@ -325,7 +329,15 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(s->reranker_.get());
   builder.RegisterService(s->admin_.get());
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> rerank_queues;
+  for (int i = 0; i < std::max(1, options.rerank_queues); ++i) {
+    rerank_queues.push_back(builder.AddCompletionQueue());
+  }
   s->server_ = builder.BuildAndStart();
+  if (s->server_ != nullptr) {
+    s->reranker_->StartRerankQueues(std::move(rerank_queues),
+                                    kRerankCallsPerQueue);
+  }
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("could not listen on --listen=", options.listen));
@@ -446,6 +458,7 @@ void MaxsimServer::Shutdown() {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();
   server_->Wait();
+  reranker_->StopRerankQueues();
   exposer_.reset();
   spdlog::info("stopped");
 }

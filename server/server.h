@@ -98,7 +98,10 @@ struct ServerOptions {
   // one cannot be used.
   TlsOptions tls;
   AuthOptions auth;
-  int grpc_max_threads = 0;             // gRPC resource quota; 0 = default
+  int grpc_max_threads = 0;  // gRPC resource quota; 0 = default
+  // Completion queues serving Rerank, each drained by a thread of its own
+  // (RerankerService); at least 1.
+  int rerank_queues = 4;
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default
   absl::Duration drain_timeout = absl::Seconds(30);
   // How often a sticky backend failure is looked for (health turns

@@ -562,38 +562,41 @@ class SlowClientTest : public ServerFixture {
 TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   ASSERT_NO_FATAL_FAILURE(StartServer(BackendChoice::kCpu));
   // The slow client queries one corpus, the others another: the scheduler
-  // serves corpora in turn, so the others wait for one batch of the slow
-  // client's at most, whatever it has queued (that is fairness, tested in
-  // scheduler_test; here the question is what its unread responses do).
+  // serves corpora in turn, so each of the others' calls waits for one batch
+  // of the slow client's at most, whatever it has queued (that is fairness,
+  // tested in scheduler_test; here the question is what its unread
+  // responses do).
   ASSERT_NO_FATAL_FAILURE(CreateSlowCorpus());
   ASSERT_NO_FATAL_FAILURE(CreateCorpus("s", kDim));
   MAXSIMD_ASSERT_OK(client_->AddDocuments("s", MakeDocs("d", 100, 2, kDim)));
 
-  // The slow client, on a narrow channel.
+  // The slow client, on a narrow channel: its responses (about 20 KB each)
+  // total far more than its window.
   auto call = OpenNarrowStream();
   auto& stream = call->stream;
-  constexpr int kSlow = 400;
+  constexpr int kSlow = 120;
   std::thread writer = StartWriter(call.get(), kSlow);
 
-  // While it reads nothing, another client's calls are answered promptly.
-  const absl::Time start = absl::Now();
+  // It reads nothing until another client's calls have all been answered.
+  // Were the server to hold them up behind the slow client's unwritten
+  // responses, they would wait for a read that never comes and end at
+  // their deadline. (No wall-clock bound: under a sanitizer on a loaded
+  // machine one batch of the slow client's takes seconds.) No ASSERT until
+  // the stream is read: the writer thread must finish.
   absl::SleepFor(absl::Milliseconds(500));
-  // (No ASSERT until the stream is read: the writer thread must finish.)
-  std::unique_ptr<Client> other = NewClient(absl::Seconds(5));
-  absl::Duration worst;
+  std::unique_ptr<Client> other = NewClient(absl::Seconds(60));
+  int answered = 0;
   for (int i = 0; other != nullptr && i < 20; ++i) {
-    const absl::Time t0 = absl::Now();
     absl::StatusOr<v1::RerankResponse> r =
         other->Rerank(MakeQuery("s", 1000 + i, {}, kDim));
-    worst = std::max(worst, absl::Now() - t0);
     if (!r.ok()) {
       ADD_FAILURE() << "call " << i << ": " << r.status();
       break;
     }
     EXPECT_EQ(r->results_size(), 10);
+    ++answered;
   }
-  EXPECT_LT(worst, absl::Seconds(2));
-  absl::SleepFor(absl::Seconds(3) - (absl::Now() - start));
+  EXPECT_EQ(answered, 20);
 
   // Then it reads: every response arrives, whole.
   int read = 0;
@@ -609,8 +612,8 @@ TEST_F(SlowClientTest, ClientThatStopsReadingItsStreamDoesNotHoldUpOthers) {
   const grpc::Status finished = stream->Finish();
   EXPECT_TRUE(finished.ok()) << finished.error_message();
   EXPECT_EQ(read, kSlow);
-  // Far more than its window: the server's writes to it were held up
-  // while the other client was answered.
+  // Far more than its window: the server's writes to it waited while the
+  // other client was answered.
   EXPECT_GT(bytes, size_t{16} * kWindow);
 }
 
