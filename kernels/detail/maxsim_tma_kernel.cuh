@@ -977,30 +977,17 @@ struct TmaBlock {
 
   // Int8Mma: each int32 cell becomes fp32 times its column's scale (column
   // j of the chunk is sc[j]), left in place as fp32 bits (Cell reads them).
-  //
-  // The conversion is exact without I2F, whose pipe runs at a quarter of
-  // the integer ALU's rate: a dot of two int8 rows of at most 256 elements
-  // (TmaSupportsInt8Dim) is below 2^22 in magnitude, so adding it to the bits of
-  // 1.5 * 2^23 gives the float 1.5 * 2^23 + dot (same exponent, dot in the
-  // mantissa), and subtracting 1.5 * 2^23 leaves dot exactly. One integer
-  // add and one float add instead of one conversion; the product with the
-  // scale rounds once, as before.
   template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
   __device__ __forceinline__ static void ScaleColsInt(int32_t (&acc)[kCols / 2],
                                                       const float* sc) {
-    constexpr int32_t kMagicBits = 0x4B400000;  // 1.5 * 2^23
-    constexpr float kMagic = 12582912.0f;
-    static_assert(int64_t{127} * 127 * 256 < (int64_t{1} << 22),
-                  "an int8 dot must fit the mantissa below 2^22");
     const int t = threadIdx.x & 3;
 #pragma unroll
     for (int i = kI0; i < kI1; ++i) {
       const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float dot =
-            __fsub_rn(__int_as_float(acc[4 * i + e] + kMagicBits), kMagic);
-        acc[4 * i + e] = __float_as_int(dot * (e % 2 == 0 ? g.x : g.y));
+        acc[4 * i + e] = __float_as_int(__int2float_rn(acc[4 * i + e]) *
+                                        (e % 2 == 0 ? g.x : g.y));
       }
     }
   }
