@@ -172,7 +172,17 @@ class Client {
   v1::RerankRequest ToRequest(const Query& query) const;
 
  private:
+  struct AsyncRerankCall;
+
   explicit Client(const ClientOptions& options);
+  // Writes the request message for a query into `request` (ToRequest's
+  // body; RerankAsync writes into its call's arena).
+  void FillRequest(const Query& query, v1::RerankRequest* request) const;
+  // Starts `call`, whose request is filled in; `done` runs as RerankAsync
+  // says.
+  void StartRerank(
+      std::unique_ptr<AsyncRerankCall> call, absl::Time deadline,
+      std::function<void(absl::StatusOr<v1::RerankResponse>)> done);
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reranker::Stub> reranker_;

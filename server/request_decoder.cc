@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -189,7 +190,9 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
         Field(field, "candidate_ids"), " has ", req.candidate_ids_size(),
         " ids; the limit is ", limits.max_candidates));
   }
-  absl::flat_hash_set<absl::string_view> seen;
+  // Repeated ids count once. Keyed by the resolved (segment, row), whose
+  // hash is cheaper than the id's and needs no string compare.
+  absl::flat_hash_set<std::pair<int32_t, int64_t>> seen;
   seen.reserve(req.candidate_ids_size());
   out.candidates.reserve(req.candidate_ids_size());
   // Each lookup misses the cache (the id index of a large corpus is far
@@ -204,13 +207,13 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
       snapshot.Prefetch(req.candidate_ids(i + kPrefetchAhead));
     }
     const std::string& id = req.candidate_ids(i);
-    if (!seen.insert(id).second) continue;
     std::optional<DocRef> ref = snapshot.Find(id);
     if (!ref) {
       return absl::NotFoundError(absl::StrCat(
           Field(field, "candidate_ids"), "[", i, "]: \"", id.substr(0, 256),
           "\" is not a document of corpus \"", config.name, "\""));
     }
+    if (!seen.emplace(ref->segment, ref->doc).second) continue;
     out.candidates.push_back(*ref);
   }
   MAXSIMD_RETURN_IF_ERROR(
