@@ -37,7 +37,8 @@
 #                 defaults, --max_running_scans=1 --scan_lead=3ms)
 #
 # Environment: SERVER_FLAGS (extra maxsimd flags), DURATION (seconds per
-# measured point, default 5), RERANK_RATES, SCAN_RATES (comma-separated).
+# measured point, default 5), RERANK_RATES, SCAN_RATES (comma-separated),
+# LG_CHANNELS (channels of each load generator in the *_2lg cases).
 set -euo pipefail
 
 bin=${1:?usage: $0 <bin-dir> <out-dir> [case...]}
@@ -115,14 +116,15 @@ rerank_sweep() {
 }
 
 # rerank_2lg <case> <corpus> <docs>: the rerank case's last rate, offered
-# by two load generator processes at half the rate each, with a thread
-# snapshot (top -H) mid-run.
+# by two load generator processes at half the rate each (LG_CHANNELS
+# channels each, default 4), with a thread snapshot (top -H) mid-run.
 rerank_2lg() {
   local c=$1 corpus=$2 docs=$3 pids=() i
   start_server "$c" --demo_corpus="$corpus:$docs:300" --max_queue_delay=1ms
   for i in 1 2; do
     loadgen --corpus="$corpus" --candidates=1000 --num_docs="$docs" \
-      --top_k=10 --channels=4 --seed=$i --rate=$((${rerank_rates##*,} / 2)) \
+      --top_k=10 --channels="${LG_CHANNELS:-4}" --seed=$i \
+      --rate=$((${rerank_rates##*,} / 2)) \
       --json="$out/${c}_$i.json" >"$out/${c}_$i.txt" &
     pids+=($!)
   done
