@@ -228,9 +228,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
 }
 
 // Everything one RerankAsync call touches, owned until its reaction has
-// run. The request and response live on an arena of the call, so that a
-// request of a thousand candidate ids takes its strings from one block
-// instead of one heap allocation per id.
+// run. A request RerankAsync encodes lives on an arena of the call, so that
+// a thousand candidate ids take their strings from one block instead of one
+// heap allocation each; a request handed in by value is moved in, not
+// copied onto the arena. The response stays off the arena: it is moved out
+// to the caller, where one on the arena could only be copied.
 struct Client::AsyncRerankCall {
   static google::protobuf::ArenaOptions Blocks() {
     google::protobuf::ArenaOptions options;
@@ -238,12 +240,11 @@ struct Client::AsyncRerankCall {
     options.max_block_size = 1 << 20;
     return options;
   }
-  google::protobuf::Arena arena{Blocks()};
+  google::protobuf::Arena arena{Blocks()};  // allocates on first use only
   grpc::ClientContext context;
-  v1::RerankRequest* const request =
-      google::protobuf::Arena::CreateMessage<v1::RerankRequest>(&arena);
-  v1::RerankResponse* const response =
-      google::protobuf::Arena::CreateMessage<v1::RerankResponse>(&arena);
+  v1::RerankRequest moved_in;
+  v1::RerankRequest* request = nullptr;  // on `arena`, or `moved_in`
+  v1::RerankResponse response;
   std::function<void(absl::StatusOr<v1::RerankResponse>)> done;
 };
 
@@ -483,6 +484,8 @@ void Client::RerankAsync(
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + options_.timeout;
   auto call = std::make_unique<AsyncRerankCall>();
+  call->request =
+      google::protobuf::Arena::CreateMessage<v1::RerankRequest>(&call->arena);
   FillRequest(query, call->request);
   StartRerank(std::move(call), deadline, std::move(done));
 }
@@ -491,7 +494,8 @@ void Client::RerankAsync(
     v1::RerankRequest request, absl::Time deadline,
     std::function<void(absl::StatusOr<v1::RerankResponse>)> done) {
   auto call = std::make_unique<AsyncRerankCall>();
-  *call->request = std::move(request);  // a copy onto the call's arena
+  call->moved_in = std::move(request);
+  call->request = &call->moved_in;
   StartRerank(std::move(call), deadline, std::move(done));
 }
 
@@ -504,12 +508,13 @@ void Client::StartRerank(
   }
   AsyncRerankCall* raw = call.release();
   reranker_->async()->Rerank(
-      &raw->context, raw->request, raw->response, [raw](grpc::Status status) {
+      &raw->context, raw->request, &raw->response, [raw](grpc::Status status) {
         std::unique_ptr<AsyncRerankCall> owned(raw);
         auto done = std::move(owned->done);
         absl::StatusOr<v1::RerankResponse> result =
-            status.ok() ? absl::StatusOr<v1::RerankResponse>(*owned->response)
-                        : FromGrpcStatus(status);
+            status.ok()
+                ? absl::StatusOr<v1::RerankResponse>(std::move(owned->response))
+                : FromGrpcStatus(status);
         // The call's context goes before `done`, after which another thread
         // may destroy the client.
         owned.reset();
