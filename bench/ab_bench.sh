@@ -37,7 +37,7 @@ def gpu_ms(label, r):
 
 a = [gpu_ms("A", r) for r in range(1, rounds + 1)]
 b = [gpu_ms("B", r) for r in range(1, rounds + 1)]
-print(f"| shape | A ms (per round) | B ms (per round) | B / A (medians) |")
+print("| shape | A ms (per round) | B ms (per round) | B / A (medians) |")
 print("|---|---|---|---:|")
 for s in shapes:
     xa = [x[s] for x in a if s in x]
