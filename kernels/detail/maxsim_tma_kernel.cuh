@@ -366,10 +366,11 @@ struct TmaBlock {
   uint64_t* wfull;   // int8: [kWide] float16 stage holds a widened chunk
   uint64_t* wempty;  // int8: [kWide] its MMAs are done (arrival per warp)
   bool gather;
-  int32_t query;   // gather: the unit's query
-  int32_t ta;      // the unit's first tile (global index)
-  int32_t ntiles;  // and how many
-  bool resident;   // query tiles loaded once, not per chunk
+  int32_t query;    // gather: the unit's query
+  int32_t ta;       // the unit's first tile (global index)
+  int32_t ntiles;   // and how many
+  bool resident;    // query tiles loaded once, not per chunk
+  uint32_t qn = 0;  // streamed query tiles this warpgroup has taken
 #if MAXSIMD_TMA_PROBE == 1
   float probe_sink = 0.f;  // keeps the probe's maxima (and MMAs) alive
 #endif
@@ -692,7 +693,8 @@ struct TmaBlock {
   static constexpr int kSplitCols = kTmaPartCols;
 
   __device__ void Consume() {
-    const int wg = threadIdx.x / 128;
+    // From lane 0, like the kernel's role_warp: visibly warp-uniform.
+    const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
     const int lane = threadIdx.x & 31;
     const int nw = (ntiles - wg + kWG - 1) / kWG;  // this warpgroup's tiles
     if constexpr (S::kColSplit) {
@@ -753,22 +755,45 @@ struct TmaBlock {
 #endif
   }
 
-  // Waits for this warpgroup's k-th query tile of chunk c; returns its slot.
-  __device__ __forceinline__ int AcquireTile(int64_t c, int nw, int k, int wg) {
+  // A query tile a warpgroup has acquired: its slot, and the low word of
+  // its MMA descriptor (SmemDescLo).
+  struct Tile {
+    int slot;
+    uint32_t desc;
+  };
+
+  // The low descriptor word of query slot `slot`, taken from lane 0: the
+  // compiler then knows it is the same in every lane and builds the chain's
+  // descriptors in uniform registers, where the wgmmas read them, instead
+  // of in ordinary ones moved over before each wgmma (bench/NOTES.md, v16).
+  __device__ __forceinline__ uint32_t TileDesc(int slot) const {
+    return __shfl_sync(0xffffffffu, SmemDescLo(qsm + slot * S::kSmemTileBytes),
+                       0);
+  }
+
+  // Waits for this warpgroup's k-th query tile of chunk c. Streamed tiles
+  // arrive in the order the warpgroup takes them, chunk by chunk: the n-th
+  // (qn) lands in slot n % kQStages, phase n / kQStages.
+  __device__ __forceinline__ Tile AcquireTile(int64_t c, int k, int wg) {
     if (resident) {
       if constexpr (MAXSIMD_TMA_PROBE == 2) {
         const int slot = wg * S::kQStages + k % S::kQStages;
+        const uint32_t desc = TileDesc(slot);
         if (c == 0 && k < S::kQStages) MbarWait(&qfull[slot], 0);
-        return slot;
+        return {slot, desc};
       }
       const int slot = wg * S::kQStages + k;
+      const uint32_t desc = TileDesc(slot);
       if (c == 0) MbarWait(&qfull[slot], 0);
-      return slot;
+      return {slot, desc};
     }
-    const int64_t n = c * nw + k;
+    static_assert((S::kQStages & (S::kQStages - 1)) == 0,
+                  "the tile count wraps at 2^32");
+    const uint32_t n = qn++;
     const int slot = wg * S::kQStages + static_cast<int>(n % S::kQStages);
+    const uint32_t desc = TileDesc(slot);
     MbarWait(&qfull[slot], (n / S::kQStages) & 1);
-    return slot;
+    return {slot, desc};
   }
 
   // Query tile `slot` is read (streamed tiles; lane 0 of each warp: only
@@ -1006,11 +1031,11 @@ struct TmaBlock {
     Acc acc[S::kN / 2];
     const uint32_t plan = h->plan[0];
     for (int k = 0; k < nw; ++k) {
-      const int slot = AcquireTile(c, nw, k, wg);
-      IssueMma<S::kN>(qsm + slot * S::kSmemTileBytes, stage, acc);
+      const Tile tile = AcquireTile(c, k, wg);
+      IssueMma<S::kN>(tile.desc, stage, acc);
       WgmmaWait<0>();
       FenceAll(acc);
-      Release(slot, k == nw - 1, s);
+      Release(tile.slot, k == nw - 1, s);
       if constexpr (S::kColSplit) {
         if ((threadIdx.x / 64) % 2 == 0) {
           EpilogueHalf<S::kN, 0>(acc, h, wg + k * kWG);
@@ -1036,12 +1061,12 @@ struct TmaBlock {
                                              int nw) {
     const uint8_t* stage_hi = stage + kSplitCols * 128;
     Acc acc0[kSplitCols / 2], acc1[kSplitCols / 2];
-    int slot = AcquireTile(c, nw, 0, wg);
-    IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage, acc0);
+    Tile tile = AcquireTile(c, 0, wg);
+    IssueMma<kSplitCols>(tile.desc, stage, acc0);
     // The loop leaves only by the break, with no MMA in flight.
     for (int k = 0;; ++k) {
       const int lt = wg + k * kWG;
-      IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage_hi, acc1);
+      IssueMma<kSplitCols>(tile.desc, stage_hi, acc1);
       // Each plan is read before the wait (which orders memory), so that
       // its load overlaps the MMA instead of starting the epilogue.
       const uint32_t plan0 = h->plan[0];
@@ -1053,13 +1078,13 @@ struct TmaBlock {
       const uint32_t plan1 = h->plan[1];
       WgmmaWait<0>();
       FenceAll(acc1);
-      Release(slot, k == nw - 1, s);
+      Release(tile.slot, k == nw - 1, s);
       if (k + 1 == nw) {
         EpilogueCols<kSplitCols>(acc1, h, plan1, lt, kSplitCols, pend0, pend1);
         break;
       }
-      slot = AcquireTile(c, nw, k + 1, wg);
-      IssueMma<kSplitCols>(qsm + slot * S::kSmemTileBytes, stage, acc0);
+      tile = AcquireTile(c, k + 1, wg);
+      IssueMma<kSplitCols>(tile.desc, stage, acc0);
       EpilogueCols<kSplitCols>(acc1, h, plan1, lt, kSplitCols, pend0, pend1);
     }
   }
@@ -1070,23 +1095,21 @@ struct TmaBlock {
     for (int i = 0; i < kRegs; ++i) FenceRegister(acc[i]);
   }
 
-  // Issues (and commits) the wgmma chain of one query tile against kCols
-  // document tokens starting at `cols`; the caller waits for it.
+  // Issues (and commits) the wgmma chain of one query tile (a0: the low
+  // word of its descriptor, Tile::desc) against kCols document tokens
+  // starting at `cols`; the caller waits for it.
   template <int kCols>
-  __device__ __forceinline__ void IssueMma(const uint8_t* qt,
-                                           const uint8_t* cols,
+  __device__ __forceinline__ void IssueMma(uint32_t a0, const uint8_t* cols,
                                            Acc (&acc)[kCols / 2]) {
     FenceAll(acc);
     WgmmaFence();
-    const uint64_t a0 = SmemDescSw128(qt);
-    const uint64_t b0 = SmemDescSw128(cols);
+    const uint32_t b0 = SmemDescLo(cols);
 #pragma unroll
     for (int kk = 0; kk < kDP / 16; ++kk) {
-      const uint64_t a = SmemDescAdvance(
-          a0, (kk / 4) * (S::kSmemTileRows * 128) + (kk % 4) * 32);
-      const uint64_t b =
-          SmemDescAdvance(b0, (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32);
-      Wgmma<MmaTag, kCols>::Run(acc, a, b, kk > 0 ? 1u : 0u);
+      const uint32_t a = (kk / 4) * (S::kSmemTileRows * 128) + (kk % 4) * 32;
+      const uint32_t b = (kk / 4) * S::kHalfStageBytes + (kk % 4) * 32;
+      Wgmma<MmaTag, kCols>::Run(acc, SmemDescOf(a0 + a / 16),
+                                SmemDescOf(b0 + b / 16), kk > 0 ? 1u : 0u);
     }
     WgmmaCommit();
   }
@@ -1698,9 +1721,14 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
     FenceBarrierInit();
   }
   __syncthreads();
-  if (threadIdx.x >= S::kConsumers + 32) {
+  // Each warp's role, from lane 0, so that the compiler knows the branch
+  // below to be uniform across the warp: in code it takes for divergent it
+  // keeps no value in uniform registers, and every wgmma descriptor was
+  // built in ordinary registers and moved over (bench/NOTES.md, v16).
+  const int role_warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+  if (role_warp >= (S::kConsumers + 32) / 32) {
     if constexpr (S::kWidened) b.WidenAll();
-  } else if (threadIdx.x >= S::kConsumers) {
+  } else if (role_warp >= S::kConsumers / 32) {
     b.Produce(blockIdx.x);
   } else {
     b.Consume();

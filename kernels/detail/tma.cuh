@@ -116,23 +116,19 @@ __device__ __forceinline__ void NamedBarrier(int id, int threads) {
 
 // Shared-memory matrix descriptor of a K-major operand in the 128-byte
 // swizzle layout: rows of 64 16-bit elements (128 bytes), 8-row atoms of
-// 1024 bytes stacked densely (stride byte offset 1024). `p` may point into
-// an atom (k offset within the 128-byte row); the atom itself must be
-// 1024-byte aligned.
-__device__ __forceinline__ uint64_t SmemDescSw128(const void* p) {
-  const uint64_t addr = SmemAddr(p);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+// 1024 bytes stacked densely (stride byte offset 1024). The low word holds
+// the start address / 16 (14 bits: shared addresses lie below 256 KB) and
+// the leading byte offset field (1); the high word, the stride and the
+// swizzle mode, is the same for every operand. `p` may point into an atom
+// (k offset within the 128-byte row); the atom itself must be 1024-byte
+// aligned. An operand `bytes` further (a multiple of 16, still inside
+// shared memory) is SmemDescLo(p) + bytes / 16: the add never carries out
+// of the address field.
+__device__ __forceinline__ uint32_t SmemDescLo(const void* p) {
+  return (SmemAddr(p) >> 4) | (1u << 16);
 }
-
-// The descriptor of SmemDescSw128(p) + bytes (bytes a multiple of 16, the
-// result still inside shared memory): the start-address field is 14 bits of
-// addr / 16 and shared addresses stay below 256 KB, so the add never carries
-// out of it. One 32-bit add instead of rebuilding the descriptor.
-__device__ __forceinline__ uint64_t SmemDescAdvance(uint64_t desc,
-                                                    uint32_t bytes) {
-  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | lo;
+__device__ __forceinline__ uint64_t SmemDescOf(uint32_t lo) {
+  return (uint64_t{(1024 >> 4) | (1u << 30)} << 32) | lo;
 }
 
 __device__ __forceinline__ void WgmmaFence() {
