@@ -208,11 +208,12 @@ int64_t CorpusSnapshot::next_index() const {
   return segments_.back()->base_index() + segments_.back()->num_docs();
 }
 
-std::optional<DocRef> CorpusSnapshot::Find(absl::string_view id) const {
+std::optional<DocRef> CorpusSnapshot::Find(absl::string_view id,
+                                           uint64_t hash) const {
   // Newest first: an id deleted and added again is live only in the newer
   // segment.
   for (size_t s = segments_.size(); s-- > 0;) {
-    if (std::optional<int64_t> row = segments_[s]->Find(id)) {
+    if (std::optional<int64_t> row = segments_[s]->Find(id, hash)) {
       const TombstoneSet* t = tombstones_[s].get();
       if (t == nullptr || !t->Contains(*row)) {
         return DocRef{static_cast<int32_t>(s), *row};
@@ -222,8 +223,34 @@ std::optional<DocRef> CorpusSnapshot::Find(absl::string_view id) const {
   return std::nullopt;
 }
 
-void CorpusSnapshot::Prefetch(absl::string_view id) const {
-  for (const auto& seg : segments_) seg->Prefetch(id);
+int64_t CorpusSnapshot::FindMany(absl::Span<const absl::string_view> ids,
+                                 DocRef* refs) const {
+  // Each lookup misses the cache twice on a large corpus (the slot, then
+  // the id string it compares with), so three stages run kAhead ids apart:
+  // hash an id and prefetch its slots; prefetch the id strings those slots
+  // point at; look it up.
+  constexpr size_t kAhead = 8;
+  const size_t n = ids.size();
+  std::vector<uint64_t> hashes(n);
+  int64_t found = 0;
+  for (size_t i = 0; i < n + 2 * kAhead; ++i) {
+    if (i < n) {
+      hashes[i] = IdIndex::Hash(ids[i]);
+      for (const auto& seg : segments_) seg->index().Prefetch(hashes[i]);
+    }
+    if (i >= kAhead && i - kAhead < n) {
+      for (const auto& seg : segments_) {
+        seg->index().PrefetchId(hashes[i - kAhead]);
+      }
+    }
+    if (i >= 2 * kAhead) {
+      const size_t j = i - 2 * kAhead;
+      const std::optional<DocRef> ref = Find(ids[j], hashes[j]);
+      refs[j] = ref.value_or(DocRef{-1, 0});
+      found += ref.has_value() ? 1 : 0;
+    }
+  }
+  return found;
 }
 
 const std::string& CorpusSnapshot::IdOf(int64_t index) const {

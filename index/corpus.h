@@ -25,6 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "index/id_index.h"
 #include "index/plaid_codec.h"
 #include "index/segment.h"
 #include "kernels/backend.h"
@@ -124,9 +126,15 @@ class CorpusSnapshot {
   int64_t next_index() const;
 
   // The live document with this external id, if any.
-  std::optional<DocRef> Find(absl::string_view id) const;
-  // Segment::Prefetch of every segment: for lookups of many ids.
-  void Prefetch(absl::string_view id) const;
+  std::optional<DocRef> Find(absl::string_view id) const {
+    return Find(id, IdIndex::Hash(id));
+  }
+  // The same with the id's IdIndex::Hash.
+  std::optional<DocRef> Find(absl::string_view id, uint64_t hash) const;
+  // Find of every ids[i] into refs[i] ([ids.size()]; segment -1 where
+  // ids[i] is not a live document), overlapping the cache misses of many
+  // lookups. Returns how many were found.
+  int64_t FindMany(absl::Span<const absl::string_view> ids, DocRef* refs) const;
   // External id of a live or deleted document by internal index.
   const std::string& IdOf(int64_t index) const;
   // Host + resident views of every segment, for SearchParams::segments.

@@ -13,6 +13,11 @@ Segment::Segment(SegmentData data, int64_t base_index)
 absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     SegmentData data, int64_t base_index, Backend* backend, int shard,
     Placement placement, std::shared_ptr<const CorpusCodec> codec) {
+  if (static_cast<int64_t>(data.ids.size()) > IdIndex::kMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Segment: ", data.ids.size(), " documents; a segment holds at most ",
+        IdIndex::kMaxRows));
+  }
   const int nbits = PlaidNbits(data.dtype);
   if (nbits != 0) {
     if (codec == nullptr || codec->nbits() != nbits) {
@@ -46,10 +51,7 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
     seg->ivf_.shrink_to_fit();
   }
   Backend* store = backend->shard(shard);
-  seg->rows_.reserve(seg->data_.ids.size());
-  for (size_t i = 0; i < seg->data_.ids.size(); ++i) {
-    seg->rows_.emplace(seg->data_.ids[i], static_cast<int64_t>(i));
-  }
+  seg->index_ = IdIndex(&seg->data_.ids);
   // An empty token array still gets a (zero-byte) buffer so views are valid.
   const SegmentData& d = seg->data_;
   const bool scaled = d.dtype == DType::kInt8 || nbits != 0;
@@ -92,12 +94,6 @@ absl::StatusOr<std::shared_ptr<const Segment>> Segment::Create(
 int64_t Segment::bytes() const {
   return token_bytes() +
          static_cast<int64_t>(data_.cu_seqlens.size() * sizeof(int64_t));
-}
-
-std::optional<int64_t> Segment::Find(absl::string_view id) const {
-  auto it = rows_.find(id);
-  if (it == rows_.end()) return std::nullopt;
-  return it->second;
 }
 
 SegmentView Segment::HostView(const uint32_t* tombstones) const {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "index/id_index.h"
 #include "index/plaid_codec.h"
 #include "kernels/backend.h"
 #include "kernels/types.h"
@@ -65,8 +65,9 @@ class Segment {
   // tokens go (both resident, or both pinned and streamed). A PLAID segment
   // needs `codec` (the corpus's; the segment keeps it alive) and its codes
   // in range. Errors: RESOURCE_EXHAUSTED when the shard has no room under
-  // that placement (nothing is kept); INVALID_ARGUMENT for a PLAID segment
-  // without a codec of its nbits or with a code out of range.
+  // that placement (nothing is kept); INVALID_ARGUMENT for more than
+  // IdIndex::kMaxRows documents, and for a PLAID segment without a codec of
+  // its nbits or with a code out of range.
   static absl::StatusOr<std::shared_ptr<const Segment>> Create(
       SegmentData data, int64_t base_index, Backend* backend, int shard = 0,
       Placement placement = Placement::kGpu,
@@ -97,10 +98,17 @@ class Segment {
   // The host arrays (ids, offsets, tokens in the storage dtype, scales).
   const SegmentData& data() const { return data_; }
   // Row of `id` in this segment, deleted or not.
-  std::optional<int64_t> Find(absl::string_view id) const;
-  // Starts loading the cache lines a Find(id) will read; no effect on
-  // results. Lookups of many ids issue this a few ids ahead.
-  void Prefetch(absl::string_view id) const { rows_.prefetch(id); }
+  std::optional<int64_t> Find(absl::string_view id) const {
+    return Find(id, IdIndex::Hash(id));
+  }
+  // The same with the id's IdIndex::Hash.
+  std::optional<int64_t> Find(absl::string_view id, uint64_t hash) const {
+    const int64_t row = index_.Find(id, hash);
+    if (row < 0) return std::nullopt;
+    return row;
+  }
+  // The id index, for lookups of many ids that prefetch (IdIndex).
+  const IdIndex& index() const { return index_; }
 
   // PLAID: the inverted file, (centroid id, document row) pairs, each
   // pair once, sorted; the documents with a token in a centroid's cell are
@@ -129,7 +137,7 @@ class Segment {
   int64_t base_index_ = 0;
   int shard_ = 0;
   bool streamed_ = false;
-  absl::flat_hash_map<std::string, int64_t> rows_;
+  IdIndex index_;  // over data_.ids
   std::unique_ptr<ResidentBuffer> resident_tokens_;
   std::unique_ptr<ResidentBuffer> resident_scales_;  // int8 and PLAID only
   std::unique_ptr<ResidentBuffer> resident_codes_;   // PLAID only

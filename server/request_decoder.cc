@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "index/plaid_search.h"
 #include "kernels/element.h"
@@ -18,6 +19,40 @@ constexpr float kMaxFloat16 = 65504.f;
 std::string Field(absl::string_view prefix, absl::string_view name) {
   return prefix.empty() ? std::string(name) : absl::StrCat(prefix, ".", name);
 }
+
+// A set of resolved documents, sized for `n` of them: open addressing over
+// (segment, row) packed in 64 bits, at most half full. A request's
+// candidates all fit in the cache, so a multiplicative hash and a linear
+// probe beat a general-purpose set here.
+class DocRefSet {
+ public:
+  explicit DocRefSet(size_t n) {
+    int bits = 4;
+    while ((size_t{1} << bits) < 2 * n) ++bits;
+    shift_ = 64 - bits;
+    slots_.assign(size_t{1} << bits, kEmpty);
+  }
+  // False when `ref` was inserted before. Rows lie below 2^32
+  // (IdIndex::kMaxRows) and segments are not negative.
+  bool Insert(const DocRef& ref) {
+    const uint64_t key = (static_cast<uint64_t>(ref.segment) << 32) |
+                         static_cast<uint64_t>(ref.doc);
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = (key * 0x9E3779B97F4A7C15ull) >> shift_;;
+         i = (i + 1) & mask) {
+      if (slots_[i] == key) return false;
+      if (slots_[i] == kEmpty) {
+        slots_[i] = key;
+        return true;
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  std::vector<uint64_t> slots_;
+  int shift_ = 0;
+};
 
 }  // namespace
 
@@ -190,31 +225,24 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
         Field(field, "candidate_ids"), " has ", req.candidate_ids_size(),
         " ids; the limit is ", limits.max_candidates));
   }
-  // Repeated ids count once. Keyed by the resolved (segment, row), whose
-  // hash is cheaper than the id's and needs no string compare.
-  absl::flat_hash_set<std::pair<int32_t, int64_t>> seen;
-  seen.reserve(req.candidate_ids_size());
-  out.candidates.reserve(req.candidate_ids_size());
-  // Each lookup misses the cache (the id index of a large corpus is far
-  // bigger than it); loading a few ids ahead overlaps those misses.
-  constexpr int kPrefetchAhead = 8;
   const int n = req.candidate_ids_size();
-  for (int i = 0; i < std::min(n, kPrefetchAhead); ++i) {
-    snapshot.Prefetch(req.candidate_ids(i));
+  std::vector<absl::string_view> ids(req.candidate_ids().begin(),
+                                     req.candidate_ids().end());
+  std::vector<DocRef> refs(n);
+  if (snapshot.FindMany(ids, refs.data()) != n) {
+    const int i = static_cast<int>(
+        std::find_if(refs.begin(), refs.end(),
+                     [](const DocRef& r) { return r.segment < 0; }) -
+        refs.begin());
+    return absl::NotFoundError(absl::StrCat(
+        Field(field, "candidate_ids"), "[", i, "]: \"", ids[i].substr(0, 256),
+        "\" is not a document of corpus \"", config.name, "\""));
   }
-  for (int i = 0; i < n; ++i) {
-    if (i + kPrefetchAhead < n) {
-      snapshot.Prefetch(req.candidate_ids(i + kPrefetchAhead));
-    }
-    const std::string& id = req.candidate_ids(i);
-    std::optional<DocRef> ref = snapshot.Find(id);
-    if (!ref) {
-      return absl::NotFoundError(absl::StrCat(
-          Field(field, "candidate_ids"), "[", i, "]: \"", id.substr(0, 256),
-          "\" is not a document of corpus \"", config.name, "\""));
-    }
-    if (!seen.emplace(ref->segment, ref->doc).second) continue;
-    out.candidates.push_back(*ref);
+  // Repeated ids count once.
+  DocRefSet seen(refs.size());
+  out.candidates.reserve(refs.size());
+  for (const DocRef& ref : refs) {
+    if (seen.Insert(ref)) out.candidates.push_back(ref);
   }
   MAXSIMD_RETURN_IF_ERROR(
       GeneratePlaidCandidates(req, snapshot, limits, field, &out));

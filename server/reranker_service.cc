@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
 #include "kernels/status_macros.h"
+#include "proto/call_arena.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"
 
@@ -101,20 +102,6 @@ class UnaryReactor final : public grpc::ServerUnaryReactor {
   const uint64_t cancel_key_;
   const std::string request_id_;  // x-request-id metadata; "" when absent
 };
-
-}  // namespace
-
-namespace {
-
-// Arena blocks of one Rerank call: the first holds a request of about a
-// thousand short candidate ids (a string object and a cleanup entry each,
-// ~48 bytes) with its response; larger requests add blocks of up to 1 MiB.
-google::protobuf::ArenaOptions ArenaForOneCall() {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 64 << 10;
-  options.max_block_size = 1 << 20;
-  return options;
-}
 
 }  // namespace
 
@@ -221,7 +208,7 @@ class AsyncRerankCall {
   // The request and response live on an arena of the call, so that parsing
   // a request of a thousand candidate ids takes its strings from a block or
   // two instead of one heap allocation (and one free) per id.
-  google::protobuf::Arena arena_{ArenaForOneCall()};
+  google::protobuf::Arena arena_{CallArenaOptions()};
   v1::RerankRequest* const request_ =
       google::protobuf::Arena::CreateMessage<v1::RerankRequest>(&arena_);
   v1::RerankResponse* const response_ =

@@ -13,6 +13,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "index/registry.h"
 #include "index/synthetic.h"
@@ -130,6 +131,41 @@ TEST_F(CorpusTest, DeletedIdCanBeAddedAgain) {
   ASSERT_TRUE(snap->Find("a0").has_value());
   EXPECT_EQ(snap->Find("a0")->segment, 1);
   EXPECT_EQ(snap->live_docs(), 2);
+}
+
+TEST_F(CorpusTest, FindManyAgreesWithFindAcrossSegmentsAndDeletes) {
+  auto corpus = Corpus::Create(config_, limits_, backend_.get()).value();
+  ASSERT_THAT(corpus->Append(Docs("a", 40, 1)), IsOk());
+  ASSERT_THAT(corpus->Append(Docs("b", 30, 2)), IsOk());
+  ASSERT_THAT(corpus->Delete({"a0", "b7", "a11"}, false), IsOk());
+  ASSERT_THAT(corpus->Append(Docs("a", 1, 1)), IsOk());  // a0 live again
+  auto snap = corpus->Snapshot();
+  // More ids than the lookup's pipeline depth, live, deleted, re-added,
+  // unknown and repeated, in no particular order.
+  std::vector<std::string> names;
+  for (int i = 39; i >= 0; --i) names.push_back(absl::StrCat("a", i));
+  for (int i = 0; i < 31; ++i) names.push_back(absl::StrCat("b", i));
+  names.insert(names.end(), {"c0", "a0", "", "b7", "a3"});
+  const std::vector<absl::string_view> ids(names.begin(), names.end());
+  std::vector<DocRef> refs(ids.size(), DocRef{7, 7});
+  int64_t expected_found = 0;
+  const int64_t found = snap->FindMany(ids, refs.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::optional<DocRef> one = snap->Find(ids[i]);
+    expected_found += one.has_value() ? 1 : 0;
+    ASSERT_EQ(refs[i].segment, one ? one->segment : -1) << ids[i];
+    if (one) {
+      EXPECT_EQ(refs[i].doc, one->doc) << ids[i];
+    }
+  }
+  // The 40 "a" less a11 (a0 is live in segment 2), the 30 "b" less b7,
+  // then a0 and a3 again.
+  EXPECT_EQ(found, expected_found);
+  EXPECT_EQ(found, 39 + 29 + 2);
+  EXPECT_EQ(refs[39].segment, 2);        // "a0": the newer segment
+  EXPECT_EQ(refs[40 + 30].segment, -1);  // "b30"
+  EXPECT_EQ(refs[40 + 31].segment, -1);  // "c0"
+  EXPECT_EQ(snap->FindMany({}, nullptr), 0);
 }
 
 TEST_F(CorpusTest, BuilderRejectsBadInputAndStaysUnchanged) {
