@@ -27,7 +27,10 @@
 // Usage: maxsim_bench [--json PATH] [--runs N] [--only NAME[,NAME...]]
 //                     [--kernels tma|mma] [--tma-box 16|64]
 //                     [--tma-scan-group TILES] [--scan-chunk-entries N]
-//                     [--scan-docs-per-unit N]
+//                     [--scan-docs-per-unit N] [--plaid-int8-mma 0|1]
+//
+// --plaid-int8-mma 0 scores the PLAID shapes with the float16 decode
+// instead of the int8 MMA (GpuBackendOptions::plaid_int8_mma).
 //
 // e.g. --only colbert_scan_100k,colbert_scan_100k_int8 measures one int8
 // shape with its twin.
@@ -118,6 +121,14 @@ __global__ void FillBytes(uint8_t* p, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     p[i] = static_cast<uint8_t>(Hash(i * 0x9e3779b97f4a7c15ull + seed));
+  }
+}
+
+// out[i] = float(in[i]) (PLAID: the fp32 centroids of the float16 ones).
+__global__ void WidenHalf(const __half* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __half2float(in[i]);
   }
 }
 
@@ -314,6 +325,7 @@ struct Corpus {
   uint16_t* centroids_f16 = nullptr;
   float* centroids = nullptr;
   float* weights = nullptr;
+  std::vector<float> weights_host;  // PLAID: host copy of `weights`
   int64_t* cu_dev = nullptr;
   bool host = false;  // tokens are pinned host memory, cu_dev borrowed
   maxsimd::SegmentRef ref;
@@ -385,8 +397,12 @@ std::unique_ptr<Corpus> MakeCorpus(
     FillScales<<<8192, 256, 0, s>>>(c->scales, rows, seed + 1, 1.f);
     FillHalf<<<1024, 256, 0, s>>>(reinterpret_cast<__half*>(c->centroids_f16),
                                   kPlaidCentroids * kDim, seed + 3, 0.1f);
+    WidenHalf<<<1024, 256, 0, s>>>(
+        reinterpret_cast<const __half*>(c->centroids_f16), c->centroids,
+        kPlaidCentroids * kDim);
     BENCH_CHECK(cudaGetLastError());
-    std::vector<float> w(nb);
+    std::vector<float>& w = c->weights_host;
+    w.resize(nb);
     for (int b = 0; b < nb; ++b) w[b] = -0.02f + 0.04f * (b + 0.5f) / nb;
     BENCH_CHECK(cudaMemcpy(c->weights, w.data(), nb * sizeof(float),
                            cudaMemcpyHostToDevice));
@@ -416,17 +432,18 @@ std::unique_ptr<Corpus> MakeCorpus(
   v.dim = kDim;
   v.dtype = dtype;
   if (plaid) {
-    // The GPU backend reads only the offsets (and tombstones) of the host
-    // view; its PLAID fields, which Search checks for presence, name the
-    // device arrays.
+    // The GPU backend reads only the offsets (and tombstones) and the
+    // bucket weights of the host view; its other PLAID fields, which Search
+    // checks for presence, name the device arrays.
     v.scales = c->scales;
     v.codes = c->codes;
     v.plaid.centroids = c->centroids;
     v.plaid.centroids_f16 = c->centroids_f16;
-    v.plaid.bucket_weights = c->weights;
+    v.plaid.bucket_weights = c->weights_host.data();
     v.plaid.num_centroids = kPlaidCentroids;
   }
   c->ref.host = v;
+  if (plaid) v.plaid.bucket_weights = c->weights;
   v.tokens = c->tokens;
   v.scales = c->scales;
   v.cu_seqlens = c->cu_dev;
@@ -681,6 +698,7 @@ int main(int argc, char** argv) {
   int scan_group = 0;
   int64_t chunk_entries = 0;  // 0: the backend's defaults
   int64_t docs_per_unit = 0;
+  bool plaid_int8_mma = true;
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -700,13 +718,15 @@ int main(int argc, char** argv) {
       chunk_entries = std::atoll(argv[++i]);
     else if (a == "--scan-docs-per-unit" && i + 1 < argc)
       docs_per_unit = std::atoll(argv[++i]);
+    else if (a == "--plaid-int8-mma" && i + 1 < argc)
+      plaid_int8_mma = std::atoi(argv[++i]) != 0;
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--runs N] "
                    "[--only NAME[,NAME...]] "
                    "[--kernels tma|mma] [--tma-box 16|64] "
                    "[--tma-scan-group TILES] [--scan-chunk-entries N] "
-                   "[--scan-docs-per-unit N]\n",
+                   "[--scan-docs-per-unit N] [--plaid-int8-mma 0|1]\n",
                    argv[0]);
       return 1;
     }
@@ -737,6 +757,7 @@ int main(int argc, char** argv) {
   opt.tma_scan_tile_group = scan_group;
   if (chunk_entries > 0) opt.scan_chunk_entries = chunk_entries;
   opt.tma_scan_docs_per_unit = docs_per_unit;
+  opt.plaid_int8_mma = plaid_int8_mma;
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {

@@ -19,6 +19,8 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_tma_plaid1.cu
   maxsim_tma_plaid2.cu
   maxsim_tma_plaid4.cu
+  maxsim_tma_plaidmma.cu
+  plaid_qc.cu
   topk.cu
 )
 maxsimd_set_cuda_flags(maxsimd_kernels)

@@ -47,6 +47,7 @@
 #include "kernels/maxsim_gather.h"
 #include "kernels/maxsim_scan.h"
 #include "kernels/maxsim_tma.h"
+#include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 #include "kernels/status_macros.h"
 #include "kernels/thread_pool.h"
@@ -328,6 +329,19 @@ struct Worker {
   cudaEvent_t stream_first = nullptr, stream_last = nullptr;  // timing
   // Threads that gather a rerank's host-placed rows into pinned_stream.
   std::unique_ptr<ThreadPool> pack_pool;
+  // The PlaidMma query-centroid table (GpuBackendOptions::plaid_int8_mma),
+  // allocated on first use and grown as needed.
+  uint32_t* plaid_table = nullptr;
+  int64_t plaid_table_bytes = 0;
+};
+
+// How a PLAID batch runs on the int8 MMA (TmaPlaidUsesMma), if it does.
+struct PlaidMmaPlan {
+  bool on = false;
+  int64_t rows_offset = 0;   // the float16 rows, after the int8 codes
+  int64_t staged_bytes = 0;  // both, in the query region
+  float step = 1.f;          // PlaidLevels
+  int8_t levels[16] = {};
 };
 
 class GpuBackendImpl final : public Backend {
@@ -394,6 +408,9 @@ class GpuBackendImpl final : public Backend {
   // Decides whether the TMA kernel scores this request, and where each
   // query's rows go in its staged tiles.
   TmaPlan PlanTma(const SearchParams& p, bool gather) const;
+  // Makes w's PlaidMma table hold at least `bytes`; false (the batch then
+  // takes the float16 decode) when the device has no room.
+  bool ReservePlaidTable(Worker& w, int64_t bytes);
   absl::Status RunSearch(Worker& w, const SearchParams& p, DType dtype,
                          absl::Span<std::vector<ScoredDoc>> results,
                          SearchTiming* timing);
@@ -430,6 +447,8 @@ GpuBackendImpl::~GpuBackendImpl() {
           w.copied[0], w.copied[1], w.consumed[0], w.consumed[1]}) {
       if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     }
+    if (w.plaid_table != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(w.plaid_table));
     for (int b = 0; b < kStreamBuffers; ++b) {
       if (w.dev_stream[b])
         MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(w.dev_stream[b]));
@@ -905,6 +924,27 @@ absl::Status GpuBackendImpl::Search(const SearchParams& params,
   return Sticky(st);
 }
 
+bool GpuBackendImpl::ReservePlaidTable(Worker& w, int64_t bytes) {
+  if (w.plaid_table_bytes >= bytes) return true;
+  // The worker's stream may still read the old table.
+  if (w.plaid_table != nullptr) {
+    if (cudaStreamSynchronize(w.stream) != cudaSuccess ||
+        cudaFree(w.plaid_table) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    w.plaid_table = nullptr;
+    w.plaid_table_bytes = 0;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, static_cast<size_t>(bytes)) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky
+    return false;
+  }
+  w.plaid_table = static_cast<uint32_t*>(p);
+  w.plaid_table_bytes = bytes;
+  return true;
+}
+
 TmaPlan GpuBackendImpl::PlanTma(const SearchParams& p, bool gather) const {
   TmaPlan plan;
   if (!options_.use_tma || !TmaSupportsDim(p.dim) ||
@@ -1013,10 +1053,32 @@ absl::Status GpuBackendImpl::RunSearch(
   // the kernel applies.
   // PLAID: queries go as float16, as for float16 corpora.
   const DType query_dtype = int8 || plaid ? DType::kFloat16 : dtype;
-  const bool q_scaled = int8 && p.quantize_queries;
   // Int8 with quantised queries at 128 or 256: the int8 MMA, which reads
   // both operands' codes as float16 rows of half the width (maxsim_tma.h).
   const bool int8_mma = int8 && TmaInt8UsesMma(dim, p.quantize_queries);
+  // PLAID at d = 128 with one query tile per block: the int8 MMA as well
+  // (TmaPlaidUsesMma), when its query-centroid table fits the worker's
+  // (its size is per tile and centroid) and the staged rows fit the query
+  // buffer: the int8 codes as for int8_mma, then the rows in float16,
+  // row-major, for the table.
+  PlaidMmaPlan plaid_mma;
+  if (plaid && tma.on && options_.plaid_int8_mma &&
+      TmaPlaidUsesMma(dim, PlaidNbits(dtype), tma.warpgroups)) {
+    const int64_t table = PlaidQcTableBytes(
+        tma.tiles, p.segments[0].resident.plaid.num_centroids);
+    const int64_t codes = tma.tiles * TmaTileBytes(1, tma.dpad) / 2;
+    const int64_t staged = codes + tma.tiles * tma.tile_rows * dim * 2;
+    if (table <= options_.plaid_table_bytes &&
+        staged <= options_.max_query_elements * 2 &&
+        ReservePlaidTable(w, table)) {
+      plaid_mma.on = true;
+      plaid_mma.rows_offset = codes;
+      plaid_mma.staged_bytes = staged;
+      plaid_mma.step = PlaidLevels(p.segments[0].host.plaid.bucket_weights,
+                                   PlaidNbits(dtype), plaid_mma.levels);
+    }
+  }
+  const bool q_scaled = (int8 && p.quantize_queries) || plaid_mma.on;
   const int64_t q_scale_rows = q_scaled ? tma.tiles * tma.tile_rows : 0;
   const int64_t total_candidates = gather ? p.candidate_offsets[nq] : 0;
   // Records per gather block: the TMA kernel spreads a small rerank over
@@ -1033,8 +1095,9 @@ absl::Status GpuBackendImpl::RunSearch(
                                       std::max<int64_t>(cap_tiles, 1));
   }
   const int64_t query_bytes =
-      tma.on ? tma.tiles * TmaTileBytes(tma.warpgroups, tma.dpad)
-             : rows * dpad * 2;
+      plaid_mma.on ? plaid_mma.staged_bytes
+      : tma.on     ? tma.tiles * TmaTileBytes(tma.warpgroups, tma.dpad)
+                   : rows * dpad * 2;
   const int64_t map_slots = nseg + (any_streamed ? kStreamBuffers : 0);
   const InputLayout cap = InputLayout::Make(
       query_bytes, rows, nq, tma.on ? map_slots : 0, q_scale_rows,
@@ -1071,7 +1134,15 @@ absl::Status GpuBackendImpl::RunSearch(
             const float scale = QuantizeInt8Row(src, dim, codes.data());
             // A zero row's codes are zeros: any multiplier gives 0.
             q_scales[tma.place[q] + i] = scale > 0.f ? scale : 1.f;
-            if (int8_mma) {
+            if (plaid_mma.on) {
+              // The row's factor, and its float16 values for the table.
+              q_scales[tma.place[q] + i] *= plaid_mma.step;
+              ConvertFromFloat(src, dim, DType::kFloat16,
+                               reinterpret_cast<uint16_t*>(
+                                   in + cap.query + plaid_mma.rows_offset) +
+                                   (tma.place[q] + i) * dim);
+            }
+            if (int8_mma || plaid_mma.on) {
               StageTmaQueryRow(reinterpret_cast<const uint16_t*>(codes.data()),
                                dim / 2, tma.dpad / 2, tma.place[q] + i,
                                tma.tile_rows,
@@ -1233,6 +1304,14 @@ absl::Status GpuBackendImpl::RunSearch(
   MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w.dev_in, w.pinned_in, used,
                                      cudaMemcpyHostToDevice, stream));
   MAXSIMD_CUDA_CHECK(cudaEventRecord(w.staged, stream));
+  if (plaid_mma.on) {
+    const PlaidTablesView& codec = p.segments[0].resident.plaid;
+    MAXSIMD_RETURN_IF_ERROR(LaunchPlaidQueryCentroids(
+        reinterpret_cast<const uint16_t*>(w.dev_in + cap.query +
+                                          plaid_mma.rows_offset),
+        tma.tiles, dim, codec.centroids, codec.num_centroids, w.plaid_table,
+        stream));
+  }
   const void* dev_query = w.dev_in + cap.query;
   const int32_t* dev_row_query =
       reinterpret_cast<const int32_t*>(w.dev_in + cap.row_query);
@@ -1264,6 +1343,11 @@ absl::Status GpuBackendImpl::RunSearch(
       t.centroids_f16 = codec.centroids_f16;
       t.bucket_weights = codec.bucket_weights;
       t.num_centroids = codec.num_centroids;
+      if (plaid_mma.on) {
+        t.plaid_qc = w.plaid_table;
+        std::copy(std::begin(plaid_mma.levels), std::end(plaid_mma.levels),
+                  std::begin(t.plaid_levels));
+      }
     }
     t.q_scales = q_scaled
                      ? reinterpret_cast<const float*>(w.dev_in + cap.q_scales)

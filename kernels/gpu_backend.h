@@ -84,6 +84,16 @@ struct GpuBackendOptions {
   int64_t stream_buffer_bytes = int64_t{64} << 20;
   // Most bytes of host memory Pin() page-locks (0: no limit).
   int64_t pinned_budget_bytes = 0;
+  // PLAID corpora at d = 128 with one query tile per block (reranks of
+  // queries of at most 32 rows, scans of at most 32 staged rows) are scored
+  // on the int8 MMA (maxsim_tma.h, TmaPlaidUsesMma): residuals as int8
+  // levels against quantised query rows, plus a float16 table of each
+  // query row against each centroid. Each worker allocates that table on
+  // first use, up to plaid_table_bytes; a batch whose table is larger (4
+  // bytes per centroid per 2 query rows, for every tile) takes the float16
+  // decode. False: always the float16 decode.
+  bool plaid_int8_mma = true;
+  int64_t plaid_table_bytes = int64_t{64} << 20;
 };
 
 class GpuBackend {

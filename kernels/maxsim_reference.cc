@@ -88,17 +88,24 @@ double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
 }
 
 std::vector<std::vector<ScoredDoc>> ReferenceSearch(const SearchParams& p) {
+  return ReferenceSearchWith(
+      p, [&p](int32_t q, const SegmentView& seg, int64_t doc) {
+        return ReferenceScore(p.query_tokens + p.query_offsets[q] * p.dim,
+                              p.query_offsets[q + 1] - p.query_offsets[q], seg,
+                              doc, p.quantize_queries);
+      });
+}
+
+std::vector<std::vector<ScoredDoc>> ReferenceSearchWith(
+    const SearchParams& p, const ReferenceScorer& scorer) {
   std::vector<std::vector<ScoredDoc>> out(p.num_queries);
   for (int32_t q = 0; q < p.num_queries; ++q) {
-    const float* query = p.query_tokens + p.query_offsets[q] * p.dim;
-    const int64_t lq = p.query_offsets[q + 1] - p.query_offsets[q];
     std::vector<ScoredDoc> all;
     auto score = [&](int32_t s, int64_t d) {
       const SegmentView& seg = p.segments[s].host;
       if (IsTombstoned(seg.tombstones, d)) return;
-      all.push_back({static_cast<float>(
-                         ReferenceScore(query, lq, seg, d, p.quantize_queries)),
-                     seg.base_index + d});
+      all.push_back(
+          {static_cast<float>(scorer(q, seg, d)), seg.base_index + d});
     };
     if (p.candidate_offsets == nullptr) {
       for (size_t s = 0; s < p.segments.size(); ++s) {

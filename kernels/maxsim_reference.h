@@ -7,6 +7,7 @@
 #define MAXSIMD_KERNELS_MAXSIM_REFERENCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -27,6 +28,15 @@ double ReferenceScore(const float* query, int64_t lq, const SegmentView& seg,
 // Full oracle for one batch: every query's exact top-k, reading only the
 // `host` views of params.segments (and params.quantize_queries).
 std::vector<std::vector<ScoredDoc>> ReferenceSearch(const SearchParams& params);
+
+// The same documents, deletions and ranking with another score: `score`
+// (query index, segment host view, document) for each document a query
+// scores, in place of ReferenceScore. For oracles of a kernel's own
+// rounding.
+using ReferenceScorer =
+    std::function<double(int32_t query, const SegmentView& seg, int64_t doc)>;
+std::vector<std::vector<ScoredDoc>> ReferenceSearchWith(
+    const SearchParams& params, const ReferenceScorer& score);
 
 }  // namespace maxsimd
 

@@ -1,6 +1,6 @@
 // TMA MaxSim launcher: the dispatch from run-time (dtype, padded width,
 // warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16,int8,
-// int8mma}.cu and maxsim_tma_plaid{1,2,4}.cu,
+// int8mma}.cu, maxsim_tma_plaid{1,2,4}.cu and maxsim_tma_plaidmma.cu,
 // plus the host helpers that stage queries and encode tensor maps.
 #include <cudaTypedefs.h>
 
@@ -157,6 +157,26 @@ absl::Status DispatchInt8Mma(const TmaLaunchParams& p, cudaStream_t s) {
       absl::StrCat("LaunchMaxSimTma: dim ", p.dim, " has no int8 MMA kernel"));
 }
 
+// PLAID on the int8 MMA: d = 128, one warpgroup (TmaPlaidUsesMma).
+absl::Status DispatchPlaidMma(const TmaLaunchParams& p, cudaStream_t s) {
+  const int nbits = PlaidNbits(p.dtype);
+  if (!TmaPlaidUsesMma(p.dim, nbits, p.warpgroups) ||
+      p.dpad != TmaPaddedDim(p.dim) || p.q_scales == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LaunchMaxSimTma: a ", DTypeName(p.dtype),
+                     " launch of dim ", p.dim, " with ", p.warpgroups,
+                     " warpgroups has no int8 MMA kernel (or lacks q_scales)"));
+  }
+  switch (nbits) {
+    case 1:
+      return detail::LaunchTmaTyped<detail::PlaidMma<1>, 64, 1>(p, s);
+    case 2:
+      return detail::LaunchTmaTyped<detail::PlaidMma<2>, 64, 1>(p, s);
+    default:
+      return detail::LaunchTmaTyped<detail::PlaidMma<4>, 64, 1>(p, s);
+  }
+}
+
 template <typename Tag>
 absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
   constexpr bool kInt8 = std::is_same_v<Tag, detail::Int8>;
@@ -201,6 +221,9 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
         "LaunchMaxSimTma: a ", DTypeName(p.dtype),
         " launch needs codes, scales, centroids_f16, bucket_weights and "
         "num_centroids"));
+  }
+  if (PlaidNbits(p.dtype) > 0 && p.plaid_qc != nullptr) {
+    return DispatchPlaidMma(p, stream);
   }
   if (p.dtype == DType::kInt8 && p.q_scales != nullptr &&
       TmaInt8UsesMma(p.dim, true)) {

@@ -57,6 +57,20 @@ inline bool TmaSupportsPlaidDim(int32_t dim, int nbits) {
   return (dim == 64 || dim == 128 || dim == 256) &&
          (nbits == 1 || nbits == 2 || nbits == 4) && dim * nbits % 128 == 0;
 }
+// PLAID corpora at d = 128 scored one query tile per block (tiles of 32
+// rows) may take the int8 MMA instead of the float16 decode (PlaidMma in
+// detail/maxsim_tma_kernel.cuh): the query rows are staged as int8 codes as
+// for TmaInt8UsesMma, and a table of each staged row against each centroid
+// (4 bytes per row pair and centroid, per tile) comes first.
+inline bool TmaPlaidUsesMma(int32_t dim, int nbits, int32_t warpgroups) {
+  return dim == 128 && warpgroups == 1 &&
+         (nbits == 1 || nbits == 2 || nbits == 4);
+}
+// Bytes of the PlaidMma query-centroid table of `tiles` tiles.
+inline int64_t PlaidQcTableBytes(int64_t tiles, int64_t num_centroids) {
+  return tiles * num_centroids * 64;
+}
+
 // Elements per staged query row: dim rounded up to 64 (one 128-byte
 // swizzle row); the columns past dim are zero, and so are the corpus
 // columns past dim (the copy engine fills outside the tensor with zeros).
@@ -147,6 +161,14 @@ struct TmaLaunchParams {
   const uint16_t* centroids_f16 = nullptr;
   const float* bucket_weights = nullptr;
   int64_t num_centroids = 0;
+  // PlaidMma (TmaPlaidUsesMma; LaunchMaxSimTma takes that kernel when
+  // plaid_qc is set): the table of every staged query row against every
+  // centroid, [tiles][num_centroids][16] float16 pairs, pair 8w + g holding
+  // tile rows 16w + g and 16w + g + 8 (LaunchPlaidQueryCentroids), and the
+  // int8 level of each bucket (PlaidLevels); q_scales then holds each
+  // row's factor, its int8 scale times the levels' step.
+  const uint32_t* plaid_qc = nullptr;
+  int8_t plaid_levels[16] = {};
   // Int8 corpora with quantised queries: the scale of every staged query
   // row (padding rows 1); null otherwise. A row's maxima are multiplied by
   // it before the sum over the query's rows.
@@ -183,6 +205,18 @@ struct TmaLaunchParams {
 
 absl::Status LaunchMaxSimTma(const TmaLaunchParams& params,
                              cudaStream_t stream);
+
+// The PlaidMma query-centroid table (TmaLaunchParams::plaid_qc): for tile
+// t, centroid k and row pair 8w + g, the float16 pair (row 16w + g, row
+// 16w + g + 8) of q_row . centroids[k], summed in fp32 and rounded once.
+// rows: float16 query rows [tiles * 32, dim], row-major, device memory;
+// centroids: [num_centroids, dim] fp32, device memory; table:
+// PlaidQcTableBytes(tiles, num_centroids) bytes. REQUIRES: dim a multiple
+// of 4, at most 256.
+absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
+                                       int32_t dim, const float* centroids,
+                                       int64_t num_centroids, uint32_t* table,
+                                       cudaStream_t stream);
 
 }  // namespace maxsimd
 

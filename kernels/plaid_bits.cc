@@ -31,6 +31,19 @@ void PlaidRowDecoder::Decode(const float* centroid, const uint8_t* row,
   }
 }
 
+float PlaidLevels(const float* bucket_weights, int nbits, int8_t* levels) {
+  const int n = 1 << nbits;
+  float most = 0.f;
+  for (int b = 0; b < n; ++b)
+    most = std::max(most, std::fabs(bucket_weights[b]));
+  const float step = most > 0.f ? most / 127.f : 1.f;
+  for (int b = 0; b < n; ++b) {
+    const float level = std::nearbyint(bucket_weights[b] / step);
+    levels[b] = static_cast<int8_t>(std::clamp(level, -127.f, 127.f));
+  }
+  return step;
+}
+
 float PlaidInverseNorm(const float* v, int32_t dim) {
   double sq = 0;
   for (int32_t k = 0; k < dim; ++k) sq += static_cast<double>(v[k]) * v[k];

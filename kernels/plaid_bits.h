@@ -56,6 +56,13 @@ class PlaidRowDecoder {
   std::vector<float> table_;  // [256][per_byte_]
 };
 
+// The int8 levels with which the GPU's int8 MMA path scores residuals:
+// bucket b becomes levels[b] = round(bucket_weights[b] / step) with step =
+// max_b |bucket_weights[b]| / 127 (1 when every weight is 0), so that
+// levels[b] * step is within step / 2 of the weight. Returns step; writes
+// 1 << nbits levels.
+float PlaidLevels(const float* bucket_weights, int nbits, int8_t* levels);
+
 // The scale a PLAID token of decoded values v[dim] gets in a corpus that
 // L2-normalises: 1 / max(||v||_2, 1e-12), the norm summed in fp64 and
 // rounded to fp32 (as the importer normalises). Without normalisation the scale

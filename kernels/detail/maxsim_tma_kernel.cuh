@@ -145,8 +145,10 @@ struct TmaChunkHeader {
 // warps turn each chunk into one float16 stage of the layout above, which
 // the MMAs read.
 //
-// kS8_: an int8 corpus with quantised queries (Int8Mma), not widened; kDP is
-// then half the embedding width (the row's bytes / 2).
+// kS8_: the int8 MMA: an int8 corpus with quantised queries (Int8Mma), not
+// widened, or a PLAID corpus with kPlaidBits_ > 0 (PlaidMma), whose
+// residuals are widened to int8 levels; kDP is then half the embedding
+// width (the int8 row's bytes / 2).
 template <int kDP, int kWG, bool kI8_ = false, int kPlaidBits_ = 0,
           bool kS8_ = false>
 struct TmaShape {
@@ -159,13 +161,16 @@ struct TmaShape {
   // many blocks per multiprocessor to overlap them: four, with 128-token
   // chunks in two 16 KB stages (bench/NOTES.md, v10 and v11). Must agree
   // with TmaBlocksPerSm.
-  static constexpr bool kSmallBlocks = kS8 && kWG == 1 && kDP == 64;
+  static constexpr bool kSmallBlocks =
+      kS8 && kPlaidBits == 0 && kWG == 1 && kDP == 64;
+  // Elements per row: the int8 MMA's rows hold two per 16-bit unit.
+  static constexpr int kDim = kS8 ? 2 * kDP : kDP;
   static constexpr int kMinBlocks = kWG == 1 ? (kSmallBlocks ? 4 : 2) : 1;
   static constexpr bool kWidened = kI8 || kPlaidBits > 0;
   // Chunks carry an fp32 scale per row (copied beside the rows).
   static constexpr bool kScaled = kWidened || kS8;
   // Bytes of one compressed row: an int8 row, or a packed residual row.
-  static constexpr int kRawRowBytes = kI8 ? kDP : kDP * kPlaidBits / 8;
+  static constexpr int kRawRowBytes = kI8 ? kDP : kDim * kPlaidBits / 8;
   static constexpr int kHalves = kDP / 64;  // 128-byte swizzle rows per row
   static constexpr int kTileRows = kWG == 1 ? 32 : 64;
   // Tokens per chunk: 32 KB stages with one warpgroup, 64 KB with two
@@ -186,16 +191,20 @@ struct TmaShape {
   // chunk's first half of columns, warps 2-3 the second (bench/NOTES.md,
   // v11). Measured no faster for the decode-bound PLAID blocks, and
   // float16 blocks need the shared memory for two per multiprocessor.
-  static constexpr bool kColSplit = kSmallBlocks;
+  // PlaidMma at d = 128 splits too (two blocks per multiprocessor: its
+  // widening warps take the registers of the other two).
+  static constexpr bool kColSplit = kS8 && kWG == 1 && kDP == 64;
   static_assert(!kColSplit || (kWG == 1 && kN <= kTmaPartCols),
                 "one warpgroup, chunks of one part");
   static constexpr int kSmemTileRows = kColSplit ? 64 : kTileRows;
   static constexpr int kWide = !kWidened ? 0 : (kWG == 1 && kDP <= 128 ? 2 : 1);
+  // (PlaidMma at 4 bits: three, for its table slots.)
   static constexpr int kStages =
-      kSmallBlocks ? 2
-      : kWG == 1   ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
-                               : (kDP == 256 ? 2 : 3))
-                   : 2;
+      kSmallBlocks             ? 2
+      : kS8 && kPlaidBits == 4 ? 3
+      : kWG == 1 ? (kWidened ? (kDP == 64 ? 4 : (kDP == 128 ? 2 : 3))
+                             : (kDP == 256 ? 2 : 3))
+                 : 2;
   // A header is rewritten kHeaders chunks later, once every reader is
   // past it: with int8, the producer refills a stage once it is widened,
   // and the one float16 stage frees up before the epilogue of its chunk.
@@ -231,8 +240,19 @@ struct TmaShape {
   // PLAID: the centroid ids of each compressed stage, and the residual
   // table: byte value -> its 8 / nbits bucket weights in float16.
   static constexpr int kCodeBytes = kPlaidBits > 0 ? kN * 4 : 0;
+  // (PlaidMma: int8 levels.)
   static constexpr int kLutBytes =
-      kPlaidBits > 0 ? 256 * (8 / (kPlaidBits > 0 ? kPlaidBits : 8)) * 2 : 0;
+      kPlaidBits > 0
+          ? 256 * (8 / (kPlaidBits > 0 ? kPlaidBits : 8)) * (kS8 ? 1 : 2)
+          : 0;
+  // PlaidMma: per widened chunk, each token's row of the query-centroid
+  // table (32 float16 values, as 16 pairs of rows (g, g + 8)), in rows of
+  // kQcStride bytes: 20 words, so that the epilogue's loads of four
+  // columns by eight row pairs hit 32 different banks. One slot more than
+  // stages, as for the scales.
+  static constexpr bool kPlaidMma = kS8 && kPlaidBits > 0;
+  static constexpr int kQcStride = 80;
+  static constexpr int kQcBytes = kPlaidMma ? kN * kQcStride : 0;
   // Shared memory, from a 1024-byte aligned base. The query ring comes
   // first: with 32-row tiles staged once the 64-row wgmma reads 32 rows past
   // a tile (results unused), which must stay inside the allocation.
@@ -247,7 +267,8 @@ struct TmaShape {
   static constexpr int kCodeOff =
       kWideScOff + (kWidened ? (kWide + 1) * kScaleBytes : 0);
   static constexpr int kLutOff = kCodeOff + kStages * kCodeBytes;
-  static constexpr int kHdrOff = kLutOff + kLutBytes;
+  static constexpr int kQcOff = kLutOff + kLutBytes;
+  static constexpr int kHdrOff = kQcOff + (kWidened ? kWide + 1 : 0) * kQcBytes;
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   // Column split: the first half's per-lane maxima of the segment that
@@ -265,6 +286,9 @@ struct TmaShape {
   // Copy-engine boxes of 16 compressed rows land 128-byte aligned.
   static_assert(!kWidened || (16 * kRawRowBytes) % 128 == 0, "alignment");
   static_assert(kBarOff % 8 == 0, "alignment");
+  static_assert(kQcOff % 16 == 0, "16-byte copies of the table's rows");
+  static_assert(!kPlaidMma || (kWG == 1 && kDP == 64),
+                "PlaidMma: one warpgroup, d = 128");
   static_assert(kHdrOff % 16 == 0 && sizeof(TmaChunkHeader) % 16 == 0,
                 "segments are read 16 bytes at a time");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
@@ -316,9 +340,16 @@ template <typename Tag>
 inline constexpr int kPlaidBitsOf = 0;
 template <int kNbits>
 inline constexpr int kPlaidBitsOf<Plaid<kNbits>> = kNbits;
+template <int kNbits>
+inline constexpr int kPlaidBitsOf<PlaidMma<kNbits>> = kNbits;
+template <typename Tag>
+inline constexpr bool kIsPlaidMma = false;
+template <int kNbits>
+inline constexpr bool kIsPlaidMma<PlaidMma<kNbits>> = true;
 template <typename Tag, int kDP, int kWG>
-using TmaShapeOf = TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>,
-                            kPlaidBitsOf<Tag>, std::is_same_v<Tag, Int8Mma>>;
+using TmaShapeOf =
+    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>, kPlaidBitsOf<Tag>,
+             std::is_same_v<Tag, Int8Mma> || kIsPlaidMma<Tag>>;
 
 template <typename Tag, int kDP, int kWG>
 struct TmaBlock {
@@ -327,10 +358,14 @@ struct TmaBlock {
   using S = TmaShapeOf<Tag, kDP, kWG>;
   static constexpr bool kWidened = S::kWidened;
   static constexpr bool kS8 = S::kS8;
-  // Row maxima times the query row's scale (quantised queries).
-  static constexpr bool kQScaled = kI8 || kS8;
-  // The MMA's operand type: compressed chunks are widened to float16 first.
-  using MmaTag = std::conditional_t<kWidened, Fp16, Tag>;
+  static constexpr bool kPlaidMma = S::kPlaidMma;
+  // Row maxima times the query row's scale (quantised queries; PlaidMma
+  // applies its row factor per cell instead, before the centroid term).
+  static constexpr bool kQScaled = kI8 || (kS8 && !kPlaidMma);
+  // The MMA's operand type: compressed chunks are widened to float16 first,
+  // PLAID residuals for PlaidMma to int8.
+  using MmaTag = std::conditional_t<kPlaidMma, Int8Mma,
+                                    std::conditional_t<kWidened, Fp16, Tag>>;
   // The accumulators' type: int32 for the int8 MMA.
   using Acc = std::conditional_t<kS8, int32_t, float>;
 
@@ -343,6 +378,9 @@ struct TmaBlock {
   const float* sc = nullptr;      // int8: the consumers' chunk's scales
   int32_t* codesm = nullptr;      // PLAID: [kStages][kN] centroid ids
   const uint16_t* lut = nullptr;  // PLAID: [256][8 / nbits] float16 bits
+                                  // (PlaidMma: int8 levels)
+  uint8_t* qcsm = nullptr;        // PlaidMma: [kWide + 1] table slots
+  const uint32_t* qc = nullptr;   // PlaidMma: the consumers' chunk's slot
   TmaChunkHeader* hdr;
   // Per-row running maxima of the document that continues into the next
   // chunk: read from carry_in, written to carry_out. The same array, except
@@ -701,6 +739,12 @@ struct TmaBlock {
       // One tile per block (S::kMaxTiles): its rows' scales, once.
       static_assert(S::kMaxTiles == 1, "one tile per block");
       RowScales(((threadIdx.x / 32) & 1) * 16 + (lane >> 2), qs_lo, qs_hi);
+      if constexpr (kPlaidMma) {
+        qs_lo = __ldg(p.q_scales + ta * S::kTileRows +
+                      ((threadIdx.x / 32) & 1) * 16 + (lane >> 2));
+        qs_hi = __ldg(p.q_scales + ta * S::kTileRows +
+                      ((threadIdx.x / 32) & 1) * 16 + (lane >> 2) + 8);
+      }
     }
     for (int64_t c = 0;; ++c) {
       int s = static_cast<int>(c % S::kStages);
@@ -709,6 +753,10 @@ struct TmaBlock {
         s = static_cast<int>(c % S::kWide);
         MbarWait(&wfull[s], (c / S::kWide) & 1);
         sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
+        if constexpr (kPlaidMma) {
+          qc = reinterpret_cast<const uint32_t*>(qcsm + (c % (S::kWide + 1)) *
+                                                            S::kQcBytes);
+        }
       } else {
         MbarWait(&full[s], (c / S::kStages) & 1);
         if constexpr (kS8) sc = scsm + ScaleSlot(c) * S::kN;
@@ -832,7 +880,11 @@ struct TmaBlock {
       const int w = static_cast<int>(c % S::kWide);
       if (c >= S::kWide) MbarWait(&wempty[w], ((c / S::kWide) - 1) & 1);
       if (!end) {
-        if constexpr (kPB > 0) {
+        if constexpr (kPlaidMma) {
+          DecodeLevels(s, dsm + w * S::kStageBytes,
+                       wide_sc + (c % (S::kWide + 1)) * S::kN,
+                       qcsm + (c % (S::kWide + 1)) * S::kQcBytes);
+        } else if constexpr (kPB > 0) {
           Decode(s, dsm + w * S::kStageBytes,
                  wide_sc + (c % (S::kWide + 1)) * S::kN);
         } else {
@@ -980,6 +1032,102 @@ struct TmaBlock {
     }
     for (int i = tid; i < S::kN; i += S::kWideners) {
       to[i] = scsm[s * S::kN + i];
+    }
+  }
+
+  // PlaidMma: the int8 levels of 16 values (2 * nbits residual bytes at
+  // src) as one 16-byte piece, value k in byte k, from the level table
+  // (residual byte -> its 8 / nbits levels).
+  __device__ __forceinline__ uint4 Levels(const uint8_t* src) const {
+    const uint8_t* table = reinterpret_cast<const uint8_t*>(lut);
+    if constexpr (kPB == 1) {
+      const uint32_t x = *reinterpret_cast<const uint16_t*>(src);
+      const uint2 a = reinterpret_cast<const uint2*>(table)[x & 0xff];
+      const uint2 b = reinterpret_cast<const uint2*>(table)[x >> 8];
+      return make_uint4(a.x, a.y, b.x, b.y);
+    } else if constexpr (kPB == 2) {
+      const uint32_t x = *reinterpret_cast<const uint32_t*>(src);
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(table);
+      return make_uint4(w[x & 0xff], w[(x >> 8) & 0xff], w[(x >> 16) & 0xff],
+                        w[x >> 24]);
+    } else {
+      static_assert(kPB == 4, "PlaidMma serves 1, 2 and 4 bits");
+      const uint2 x = *reinterpret_cast<const uint2*>(src);
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(table);
+      auto two = [h](uint32_t w) {
+        return uint32_t{h[w & 0xff]} | (uint32_t{h[(w >> 8) & 0xff]} << 16);
+      };
+      return make_uint4(two(x.x), two(x.x >> 16), two(x.y), two(x.y >> 16));
+    }
+  }
+
+  // PlaidMma: widens compressed stage s into the int8 stage `out` (the
+  // 128-byte swizzle layout the copy engine writes for Int8Mma rows), copies
+  // its scales to `to`, and each token's row of the query-centroid table
+  // (the block's tile, the token's centroid) to the table slot `qc_to`.
+  // The table rows go first (16-byte cp.async, four lanes per row), so that
+  // their L2 round trips overlap the widening; the ids of rows past the
+  // chunk's tokens are clamped into the table (their columns are never
+  // read).
+  __device__ void DecodeLevels(int s, uint8_t* out, float* to, uint8_t* qc_to) {
+    constexpr int kPerRow = S::kDim / 16;  // 16-value pieces per row
+    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
+    constexpr int kRowStep = S::kWideners / kPerRow;
+    static_assert(S::kN % kRowStep == 0, "whole passes");
+    constexpr int kPieceBytes = 2 * kPB;
+    const int tid = threadIdx.x - (S::kConsumers + 32);
+    {
+      const int32_t* ids = codesm + s * S::kN;
+      const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
+      const uint8_t* table = reinterpret_cast<const uint8_t*>(p.plaid_qc) +
+                             static_cast<int64_t>(ta) * p.num_centroids * 64;
+      for (int i = tid; i < S::kN * 4; i += S::kWideners) {
+        const uint32_t id = min(static_cast<uint32_t>(ids[i / 4]), last);
+        CpAsync16(qc_to + (i / 4) * S::kQcStride + (i % 4) * 16,
+                  table + static_cast<int64_t>(id) * 64 + (i % 4) * 16);
+      }
+    }
+    const int c = tid % kPerRow;
+    const int r0 = tid / kPerRow;
+    const uint8_t* res =
+        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * kPieceBytes;
+    uint8_t* base = out + (c / 8) * S::kHalfStageBytes + r0 * 128;
+#pragma unroll 4
+    for (int k = 0; k < S::kN / kRowStep; ++k) {
+      const int r = r0 + k * kRowStep;
+      const uint4 v = Levels(res + k * kRowStep * S::kRawRowBytes);
+      *reinterpret_cast<uint4*>(base + k * kRowStep * 128 +
+                                ((c % 8) ^ (r & 7)) * 16) = v;
+    }
+    for (int i = tid; i < S::kN; i += S::kWideners) {
+      to[i] = scsm[s * S::kN + i];
+    }
+    CpAsyncWaitAll();
+  }
+
+  // PlaidMma: each int32 cell becomes fp32 scale * (centroid term + row
+  // factor * cell), left in place as fp32 bits (Cell reads them). Column j
+  // of the chunk has scale sc[j] and table row qc + j * kQcStride / 4; this
+  // lane's rows (g, g + 8) are the table's pair `pair` and have the row
+  // factors a0, a1 (the query row's int8 scale times the levels' step).
+  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
+  __device__ __forceinline__ static void ScaleColsPlaid(
+      int32_t (&acc)[kCols / 2], const float* sc, const uint32_t* qc, int pair,
+      float a0, float a1) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int i = kI0; i < kI1; ++i) {
+      const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint32_t w = qc[(8 * i + 2 * t + e) * (S::kQcStride / 4) + pair];
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+        const float ge = e == 0 ? g.x : g.y;
+        acc[4 * i + e] =
+            __float_as_int(fmaf(a0, __int2float_rn(acc[4 * i + e]), f.x) * ge);
+        acc[4 * i + 2 + e] = __float_as_int(
+            fmaf(a1, __int2float_rn(acc[4 * i + 2 + e]), f.y) * ge);
+      }
     }
   }
 
@@ -1481,8 +1629,14 @@ struct TmaBlock {
     const int t = lane & 3;
     const int row = lt * S::kTileRows + rw * 16 + (lane >> 2);
     const int rb = lt * S::kBlocksPerTile + rw;
-    if constexpr (kWidened) ScaleCols<kCols, kI0, kI1>(acc, sc);
-    if constexpr (kS8) ScaleColsInt<kCols, kI0, kI1>(acc, sc);
+    if constexpr (kPlaidMma) {
+      ScaleColsPlaid<kCols, kI0, kI1>(acc, sc, qc, rw * 8 + (lane >> 2), qs_lo,
+                                      qs_hi);
+    } else if constexpr (kWidened) {
+      ScaleCols<kCols, kI0, kI1>(acc, sc);
+    } else if constexpr (kS8) {
+      ScaleColsInt<kCols, kI0, kI1>(acc, sc);
+    }
     const float qs0 = qs_lo, qs1 = qs_hi;
     float2* xchg = reinterpret_cast<float2*>(xchg_base) + rw * 32 + lane;
     const int s1 = h->part[0][1];
@@ -1543,6 +1697,7 @@ struct TmaBlock {
     // query's row scales multiply the row maxima (Finish), which equals scaling
     // every cell since the row scales are positive.
     float qs0, qs1;
+    static_assert(!kPlaidMma, "PlaidMma takes the column split");
     if constexpr (kWidened) ScaleCols<kCols>(acc, sc + base);
     if constexpr (kS8) ScaleColsInt<kCols>(acc, sc + base);
     RowScales(row, qs0, qs1);
@@ -1627,19 +1782,18 @@ struct TmaBlock {
   }
 };
 
-// PLAID: the residual table, by the whole block: entry b holds the bucket
-// weights (float16) of the 8 / nbits values of residual byte b, in value
+// PLAID: the residual table, by the whole block: entry b holds
+// value_of(bucket) for the 8 / nbits values of residual byte b, in value
 // order (kernels/plaid_bits.h gives the bit order).
-template <int kNbits>
-__device__ __forceinline__ void BuildPlaidLut(const float* weights,
-                                              uint16_t* lut) {
+template <int kNbits, typename T, typename F>
+__device__ __forceinline__ void BuildPlaidLut(T* lut, F value_of) {
   constexpr int kPerByte = 8 / kNbits;
   for (int i = threadIdx.x; i < 256 * kPerByte; i += blockDim.x) {
     const int byte = i / kPerByte;
     const int top = 7 - (i % kPerByte) * kNbits;
     int bucket = 0;
     for (int t = 0; t < kNbits; ++t) bucket |= ((byte >> (top - t)) & 1) << t;
-    lut[i] = __half_as_ushort(__float2half_rn(weights[bucket]));
+    lut[i] = value_of(bucket);
   }
 }
 
@@ -1658,6 +1812,7 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
   b.wide_sc = reinterpret_cast<float*>(smem + S::kWideScOff);
   b.codesm = reinterpret_cast<int32_t*>(smem + S::kCodeOff);
   b.lut = reinterpret_cast<const uint16_t*>(smem + S::kLutOff);
+  b.qcsm = smem + S::kQcOff;
   b.hdr = reinterpret_cast<TmaChunkHeader*>(smem + S::kHdrOff);
   b.carry_base = reinterpret_cast<float*>(smem + S::kCarryOff);
   b.carry_in = b.carry_base;
@@ -1694,9 +1849,16 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
       b.qblk[i] = p.query_blocks[qa + i];
     }
   }
-  if constexpr (S::kPlaidBits > 0) {
+  if constexpr (S::kPlaidMma) {
+    // The buckets' int8 levels.
+    BuildPlaidLut<S::kPlaidBits>(reinterpret_cast<int8_t*>(smem + S::kLutOff),
+                                 [&p](int b) { return p.plaid_levels[b]; });
+  } else if constexpr (S::kPlaidBits > 0) {
+    // The bucket weights in float16.
     BuildPlaidLut<S::kPlaidBits>(
-        p.bucket_weights, reinterpret_cast<uint16_t*>(smem + S::kLutOff));
+        reinterpret_cast<uint16_t*>(smem + S::kLutOff), [&p](int b) {
+          return __half_as_ushort(__float2half_rn(p.bucket_weights[b]));
+        });
   }
   if (threadIdx.x == 0) {
     // Barriers that order generic shared-memory accesses (headers, scales,

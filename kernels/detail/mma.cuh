@@ -50,6 +50,17 @@ struct Plaid {
   static constexpr int kNbits = kNbits_;
   using Storage = uint8_t;
 };
+// A PLAID corpus scored with the int8 MMA (widths of 128 elements, one
+// query tile per block): each cell is split as q . (C[id] + r) = (q . C)[id]
+// + q . r. The first term comes from a table of every query row against
+// every centroid (float16, computed per launch); the residuals r are
+// widened to their int8 levels (PlaidLevels) in shared memory and scored
+// against the quantised query rows on the int8 MMA.
+template <int kNbits_>
+struct PlaidMma {
+  static constexpr int kNbits = kNbits_;
+  using Storage = uint8_t;
+};
 
 // c += a * b for one 16x8x16 tile.
 template <typename Tag>

@@ -76,6 +76,20 @@ __device__ __forceinline__ void CpAsync4(void* dst, const void* src) {
       : "memory");
 }
 
+// cp.async of 16 bytes from global to shared memory (both 16-byte
+// aligned), cached in L2 only.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(dst)),
+      "l"(src)
+      : "memory");
+}
+
+// Waits for every cp.async copy this thread issued.
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 // Has the phase of `bar` wait for this thread's cp.async copies issued so
 // far: the pending count goes up by one now and down once they landed. Call
 // before the arrival that could complete the phase.

@@ -15,10 +15,17 @@
 // leaves only the order of fp32 sums; and loosely against the exact PLAID
 // oracle (fp32 decode, fp32 queries), for the size of the rounding.
 //
+// At d = 128, batches of one query tile per block (one query of 32 rows)
+// take the int8 MMA instead (GpuBackendOptions::plaid_int8_mma): their
+// tight oracle is that path's own rounding (PlaidMmaReference), and a
+// backend with the option off checks the float16 decode at that width.
+//
 // MAXSIMD_TEST_KERNELS=mma (bench/run_gpu.sh's second run) turns the TMA
 // kernels off, and with them every PLAID width: each test then checks the
 // refusal instead.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +35,7 @@
 #include "kernels/half.h"
 #include "kernels/maxsim_reference.h"
 #include "kernels/plaid_bits.h"
+#include "kernels/quantize.h"
 #include "kernels/topk.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -203,6 +211,123 @@ Batch RerankBatch(std::mt19937_64& rng, const PlaidCorpus& corpus, int32_t dim,
   return batch;
 }
 
+// Whether a backend with `options` scores `batch` (PLAID, `nbits`) on the
+// int8 MMA: maxsim_tma.h's TmaPlaidUsesMma for one warpgroup, which the
+// backend plans for a rerank whose queries have at most 32 rows each, or
+// a scan of at most 32 rows in all (queries at 16-row steps); the table of
+// these corpora (300 centroids) is far below the option's limit.
+bool UsesPlaidMma(const GpuBackendOptions& options, const Batch& batch,
+                  int nbits) {
+  if (!options.use_tma || !options.plaid_int8_mma || batch.dim != 128 ||
+      nbits > 4) {
+    return false;
+  }
+  int64_t widest = 0, packed = 0;
+  for (size_t q = 0; q + 1 < batch.offsets.size(); ++q) {
+    const int64_t r16 =
+        (batch.offsets[q + 1] - batch.offsets[q] + 15) / 16 * 16;
+    widest = std::max(widest, r16);
+    packed += r16;
+  }
+  return (batch.cand_offsets.empty() ? packed : widest) <= 32;
+}
+
+// The oracle of the int8 MMA path with the kernel's roundings: per query
+// row, its int8 codes and scale (QuantizeInt8Row), the row factor = scale
+// (1 for a zero row) times the levels' step (PlaidLevels), and its float16
+// values; per cell, the float16 rounding of the row's fp32 dot with the
+// token's fp32 centroid (summed in the kernel's order), plus the row factor
+// times the integer dot of codes and levels, times the token's scale, in
+// fp32 as the kernel computes it. Maxima summed in fp64.
+std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
+  const SearchParams p = batch.Params();
+  return ReferenceSearchWith(
+      p, [&p](int32_t q, const SegmentView& seg, int64_t doc) {
+        const int32_t dim = seg.dim;
+        const int nbits = PlaidNbits(seg.dtype);
+        int8_t levels[16];
+        const float step = PlaidLevels(seg.plaid.bucket_weights, nbits, levels);
+        const int64_t lq = p.query_offsets[q + 1] - p.query_offsets[q];
+        const int64_t t0 = seg.cu_seqlens[doc], t1 = seg.cu_seqlens[doc + 1];
+        if (lq == 0) return 0.0;
+        if (t0 == t1) return -std::numeric_limits<double>::infinity();
+        std::vector<int8_t> codes(static_cast<size_t>(dim));
+        std::vector<float> q16(static_cast<size_t>(dim));
+        const int64_t row_bytes = int64_t{dim} * nbits / 8;
+        double total = 0.0;
+        for (int64_t i = 0; i < lq; ++i) {
+          const float* row = p.query_tokens + (p.query_offsets[q] + i) * dim;
+          const float scale = QuantizeInt8Row(row, dim, codes.data());
+          const float factor = (scale > 0.f ? scale : 1.f) * step;
+          for (int32_t d = 0; d < dim; ++d)
+            q16[d] = HalfToFloat(FloatToHalf(row[d]));
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t t = t0; t < t1; ++t) {
+            const float* c = seg.plaid.centroids + int64_t{seg.codes[t]} * dim;
+            float qc = 0.f;
+            for (int32_t d = 0; d < dim; ++d) qc = std::fmaf(q16[d], c[d], qc);
+            qc = HalfToFloat(FloatToHalf(qc));
+            const uint8_t* res =
+                static_cast<const uint8_t*>(seg.tokens) + t * row_bytes;
+            int32_t dot = 0;
+            for (int32_t d = 0; d < dim; ++d) {
+              dot += codes[d] * levels[PlaidResidualBucket(res, nbits, d)];
+            }
+            const float cell =
+                std::fmaf(factor, static_cast<float>(dot), qc) * seg.scales[t];
+            best = std::max(best, cell);
+          }
+          total += best;
+        }
+        return total;
+      });
+}
+
+// How far the int8 MMA path may lie from the exact PLAID score of query q
+// (absolute; every segment shares the codec of segment 0): per row, the
+// cell error is at most max scale * (the query's int8 rounding against
+// the largest |weight| + the levels' rounding (step / 2) against the
+// quantised query + the float16 rounding of the query against the largest
+// |centroid value| + the table's float16 rounding), and a max or a sum of
+// cells errs by no more than its terms.
+double PlaidMmaErrorBound(const Batch& batch, int32_t q) {
+  const SegmentView& seg = batch.refs[0].host;
+  const int32_t dim = seg.dim;
+  const int nbits = PlaidNbits(seg.dtype);
+  int8_t levels[16];
+  const float step = PlaidLevels(seg.plaid.bucket_weights, nbits, levels);
+  double w_max = 0.0, c_max = 0.0, sc_max = 0.0;
+  for (int b = 0; b < (1 << nbits); ++b) {
+    w_max = std::max(w_max, std::fabs(double{seg.plaid.bucket_weights[b]}));
+  }
+  for (int64_t i = 0; i < seg.plaid.num_centroids * dim; ++i) {
+    c_max = std::max(c_max, std::fabs(double{seg.plaid.centroids[i]}));
+  }
+  for (const SegmentRef& r : batch.refs) {
+    for (int64_t t = 0; t < r.host.num_tokens; ++t) {
+      sc_max = std::max(sc_max, double{r.host.scales[t]});
+    }
+  }
+  const double half_ulp = std::ldexp(1.0, -11);
+  std::vector<int8_t> codes(static_cast<size_t>(dim));
+  double bound = 0.0;
+  for (int64_t i = batch.offsets[q]; i < batch.offsets[q + 1]; ++i) {
+    const float* row = batch.tokens.data() + i * dim;
+    const double scale = QuantizeInt8Row(row, dim, codes.data());
+    double e = 0.0, q_abs = 0.0;
+    for (int32_t d = 0; d < dim; ++d) {
+      const double x = row[d], xq = scale * codes[d];
+      e += std::fabs(x - xq) * w_max + std::fabs(xq) * step / 2;
+      q_abs += std::fabs(x);
+    }
+    // The float16 query (relative 2^-11) and the float16 table value
+    // (|q . c| <= q_abs * c_max, relative 2^-11).
+    e += 2 * half_ulp * q_abs * c_max * 1.01;
+    bound += sc_max * e;
+  }
+  return bound;
+}
+
 void ExpectRefused(Backend& backend, const Batch& batch,
                    const ::testing::Matcher<std::string>& what) {
   std::vector<std::vector<ScoredDoc>> out(batch.top_k.size());
@@ -211,29 +336,42 @@ void ExpectRefused(Backend& backend, const Batch& batch,
   EXPECT_TRUE(backend.healthy());
 }
 
-// The GPU's ranking of a PLAID batch against the oracle on the kernel's
-// float16 rows and against the exact PLAID oracle, or the refusal where no
-// kernel serves it.
-void ExpectPlaidSearch(Backend& backend, const Batch& batch, int nbits,
-                       const PlaidCorpus& corpus) {
+// The GPU's ranking of a PLAID batch against the oracle of the path that
+// scores it (the float16 decode: the oracle on the kernel's float16 rows;
+// the int8 MMA: PlaidMmaReference) and against the exact PLAID oracle, or
+// the refusal where no kernel serves it. `options`: the backend's.
+void ExpectPlaidSearch(
+    Backend& backend, const Batch& batch, int nbits, const PlaidCorpus& corpus,
+    const GpuBackendOptions& options = ::maxsimd::testing::TestOptions()) {
   if (!PlaidKernelExpected(batch.dim, nbits)) {
     ExpectRefused(backend, batch, HasSubstr("plaid"));
     return;
   }
   const auto got = GpuSearch(backend, batch.Params());
-  Batch as_decoded = batch;
-  as_decoded.refs.clear();
-  for (const HostSegment& h : corpus.decoded) {
-    as_decoded.refs.push_back({h.View(), h.View()});
+  const bool mma = UsesPlaidMma(options, batch, nbits);
+  std::vector<std::vector<ScoredDoc>> want;
+  if (mma) {
+    want = PlaidMmaReference(batch);
+  } else {
+    Batch as_decoded = batch;
+    as_decoded.refs.clear();
+    for (const HostSegment& h : corpus.decoded) {
+      as_decoded.refs.push_back({h.View(), h.View()});
+    }
+    want = GpuReferenceSearch(as_decoded, DType::kFloat16);
   }
-  const auto want = GpuReferenceSearch(as_decoded, DType::kFloat16);
   const auto exact = ReferenceSearch(batch.Params());
   ASSERT_EQ(got.size(), want.size());
   ASSERT_EQ(got.size(), exact.size());
   for (size_t q = 0; q < got.size(); ++q) {
     EXPECT_EQ(CompareRanking(got[q], want[q], kTol, /*repeats=*/true), "")
-        << "query " << q << " of " << got.size() << " (float16 rows)";
-    EXPECT_EQ(CompareRanking(got[q], exact[q], kExactTol, /*repeats=*/true), "")
+        << "query " << q << " of " << got.size()
+        << (mma ? " (int8 MMA path)" : " (float16 rows)");
+    // The int8 MMA path: the size of its roundings, bounded per query.
+    const double exact_tol =
+        kExactTol +
+        (mma ? PlaidMmaErrorBound(batch, static_cast<int32_t>(q)) : 0.0);
+    EXPECT_EQ(CompareRanking(got[q], exact[q], exact_tol, /*repeats=*/true), "")
         << "query " << q << " of " << got.size() << " (exact decode)";
   }
 }
@@ -286,6 +424,58 @@ TEST(GpuPlaidTest, RerankMatchesReference) {
                           corpus);
       }
     }
+  }
+}
+
+// The float16 decode at d = 128 for one query of 32 rows, which the int8
+// MMA takes by default: a backend with GpuBackendOptions::plaid_int8_mma
+// off, on scans and reranks at every nbits.
+TEST(GpuPlaidTest, Float16DecodeAtWidth128WithTheInt8MmaOff) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions options = ::maxsimd::testing::TestOptions();
+  options.plaid_int8_mma = false;
+  auto backend = ::maxsimd::testing::MakeGpuBackend(options);
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
+    const PlaidCorpus corpus = MakeCorpus(*backend, rng, 128, nbits);
+    ExpectPlaidSearch(*backend, ScanBatch(rng, corpus, 128, true), nbits,
+                      corpus, options);
+    ExpectPlaidSearch(*backend, RerankBatch(rng, corpus, 128, 1), nbits, corpus,
+                      options);
+  }
+}
+
+// Two queries of 16 rows in one scan tile, and reranks of several queries
+// of at most 32 rows each: the int8 MMA path with more than one query per
+// launch (each rerank query on its own tile, the table per tile).
+TEST(GpuPlaidTest, Int8MmaServesSeveralQueriesPerLaunch) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : {1, 2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
+    const PlaidCorpus corpus = MakeCorpus(backend, rng, 128, nbits);
+    Batch scan;
+    scan.dim = 128;
+    scan.refs = corpus.Refs();
+    scan.AddQuery(RandomQuery(rng, 16, 128), 50);
+    scan.AddQuery(RandomQuery(rng, 9, 128), 7);
+    EXPECT_TRUE(UsesPlaidMma(::maxsimd::testing::TestOptions(), scan, nbits));
+    ExpectPlaidSearch(backend, scan, nbits, corpus);
+    Batch rerank = RerankBatch(rng, corpus, 128, 1);
+    std::uniform_int_distribution<int> lq(1, 32);
+    for (int q = 0; q < 11; ++q) {
+      rerank.AddQuery(RandomQuery(rng, lq(rng), 128), 1 + 3 * q);
+      for (int64_t d = 0; d < kDocs[q % 3]; d += 1 + q) {
+        rerank.candidates.push_back({q % 3, d});
+      }
+      rerank.cand_offsets.push_back(
+          static_cast<int64_t>(rerank.candidates.size()));
+    }
+    EXPECT_TRUE(UsesPlaidMma(::maxsimd::testing::TestOptions(), rerank, nbits));
+    ExpectPlaidSearch(backend, rerank, nbits, corpus);
   }
 }
 

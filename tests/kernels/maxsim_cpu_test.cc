@@ -355,6 +355,44 @@ TEST(CpuBackendTest, PlaidScanAndRerankMatchReferenceAtEveryNbits) {
 // decodes to {1 - 0.5, -0.25, 0.25, 0.5} = {0.5, -0.25, 0.25, 0.5}. With
 // scale 2 the query row {1, 2, 3, 4} scores 2 * (0.5 - 0.5 + 0.75 + 2) =
 // 5.5.
+// PlaidLevels (the GPU's int8 MMA path scores residuals with them): the
+// largest |weight| maps to +-127, every level times the step lies within
+// half a step of its weight, ties round to even, and all-zero weights give
+// a step of 1 and zero levels.
+TEST(CpuBackendTest, PlaidLevelsStayWithinHalfAStep) {
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  std::uniform_real_distribution<float> w(-0.2f, 0.2f);
+  for (int nbits : {1, 2, 4}) {
+    std::vector<float> weights(static_cast<size_t>(1) << nbits);
+    for (float& x : weights) x = w(rng);
+    int8_t levels[16] = {};
+    const float step = PlaidLevels(weights.data(), nbits, levels);
+    float most = 0.f;
+    for (float x : weights) most = std::max(most, std::fabs(x));
+    EXPECT_EQ(step, most / 127.f);
+    int peak = 0;
+    for (size_t b = 0; b < weights.size(); ++b) {
+      EXPECT_LE(std::fabs(levels[b] * step - weights[b]), step / 2 * 1.0001f)
+          << "nbits " << nbits << " bucket " << b;
+      peak = std::max(peak, std::abs(int{levels[b]}));
+    }
+    EXPECT_EQ(peak, 127) << "nbits " << nbits;
+  }
+  // Step 1 (the largest |weight| is 127): the halves round to even.
+  const float ties[4] = {-127.f, -63.5f, 62.5f, 127.f};
+  int8_t levels[4] = {};
+  EXPECT_EQ(PlaidLevels(ties, 2, levels), 1.f);
+  EXPECT_EQ(levels[0], -127);
+  EXPECT_EQ(levels[1], -64);
+  EXPECT_EQ(levels[2], 62);
+  EXPECT_EQ(levels[3], 127);
+  const float zeros[2] = {0.f, 0.f};
+  int8_t zero_levels[2] = {5, 5};
+  EXPECT_EQ(PlaidLevels(zeros, 1, zero_levels), 1.f);
+  EXPECT_EQ(zero_levels[0], 0);
+  EXPECT_EQ(zero_levels[1], 0);
+}
+
 TEST(CpuBackendTest, PlaidScoresFollowTheStatedFormula) {
   ::maxsimd::testing::PlaidSegment seg;
   seg.dim = 4;
