@@ -98,6 +98,10 @@ ABSL_FLAG(double, noise, 0.35,
 ABSL_FLAG(double, query_noise, 0.6,
           "Query token noise around its source document's tokens");
 ABSL_FLAG(int32_t, top_k, 10, "Results compared per query");
+ABSL_FLAG(int32_t, batch_queries, 0,
+          "Most queries per search (0: as many as the backend accepts); 1 "
+          "scores a PLAID corpus's exhaustive scans on the GPU's int8 MMA "
+          "path, which serves one query tile per block");
 ABSL_FLAG(uint64_t, seed, 7, "Seed of the corpus and the queries");
 ABSL_FLAG(std::string, backend, "cpu", "Backend under test: cpu or gpu");
 ABSL_FLAG(int32_t, device, 0, "CUDA device of --backend gpu");
@@ -379,7 +383,11 @@ absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
     batch.quantize_queries = c.quantize_queries;
     batch.refs = snap->SegmentRefs();
     int32_t q1 = q0;
-    while (q1 < num_queries && q1 - q0 < bl.max_batch_queries &&
+    const int32_t most =
+        absl::GetFlag(FLAGS_batch_queries) > 0
+            ? std::min(absl::GetFlag(FLAGS_batch_queries), bl.max_batch_queries)
+            : bl.max_batch_queries;
+    while (q1 < num_queries && q1 - q0 < most &&
            queries.offsets[q1 + 1] - queries.offsets[q0] <=
                bl.max_batch_query_tokens) {
       ++q1;
