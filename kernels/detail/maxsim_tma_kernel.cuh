@@ -130,7 +130,7 @@ static_assert(kTmaMaxSegs <= 32 && kSegSkip < 8, "plan fields");
 struct TmaChunkHeader {
   int32_t nseg = 0;                                 // -1: the unit is done
   uint32_t plan[2] = {kPartGeneral, kPartGeneral};  // by part (kPart*)
-  int32_t unused = 0;
+  uint32_t flags = 0;  // the segments' flags (kSeg*), or-ed
   // Segments [part[i][0], part[i][1]) touch columns [128 i, 128 i + 128).
   int32_t part[2][2] = {};
   TmaSeg seg[kTmaMaxSegs];  // 16-byte aligned: one shared load each
@@ -253,6 +253,7 @@ struct TmaShape {
   static constexpr bool kPlaidMma = kS8 && kPlaidBits > 0;
   static constexpr int kQcStride = 80;
   static constexpr int kQcBytes = kPlaidMma ? kN * kQcStride : 0;
+  static constexpr int kQcSlots = kPlaidMma ? kWide + 1 : 0;
   // Shared memory, from a 1024-byte aligned base. The query ring comes
   // first: with 32-row tiles staged once the 64-row wgmma reads 32 rows past
   // a tile (results unused), which must stay inside the allocation.
@@ -268,7 +269,7 @@ struct TmaShape {
       kWideScOff + (kWidened ? (kWide + 1) * kScaleBytes : 0);
   static constexpr int kLutOff = kCodeOff + kStages * kCodeBytes;
   static constexpr int kQcOff = kLutOff + kLutBytes;
-  static constexpr int kHdrOff = kQcOff + (kWidened ? kWide + 1 : 0) * kQcBytes;
+  static constexpr int kHdrOff = kQcOff + kQcSlots * kQcBytes;
   static constexpr int kCarryOff =
       kHdrOff + kHeaders * static_cast<int>(sizeof(TmaChunkHeader));
   // Column split: the first half's per-lane maxima of the segment that
@@ -368,6 +369,16 @@ struct TmaBlock {
                                     std::conditional_t<kWidened, Fp16, Tag>>;
   // The accumulators' type: int32 for the int8 MMA.
   using Acc = std::conditional_t<kS8, int32_t, float>;
+  // The widening warps index each chunk (IndexMasks) instead of the
+  // producer: PlaidMma at 1 and 2 bits, whose producer bounded the scans.
+  // At 4 bits the widening warps have twice the residuals to widen, and
+  // the move measured 3% slower (bench/NOTES.md, s9).
+  static constexpr bool kWidenerIndex = kPlaidMma && kPB < 4;
+  // A block's chunk count: 32 bits, far above the chunks of any unit, so
+  // that the ring positions (c % 7, c % 3, ...) are a short unsigned
+  // multiply instead of the ~15 instructions of a 64-bit division, once
+  // per chunk in every role (bench/NOTES.md, s9).
+  using Chunk = uint32_t;
 
   const TmaLaunchParams& p;
   uint8_t* qsm;
@@ -379,7 +390,7 @@ struct TmaBlock {
   int32_t* codesm = nullptr;      // PLAID: [kStages][kN] centroid ids
   const uint16_t* lut = nullptr;  // PLAID: [256][8 / nbits] float16 bits
                                   // (PlaidMma: int8 levels)
-  uint8_t* qcsm = nullptr;        // PlaidMma: [kWide + 1] table slots
+  uint8_t* qcsm = nullptr;        // PlaidMma: [kQcSlots] table slots
   const uint32_t* qc = nullptr;   // PlaidMma: the consumers' chunk's slot
   TmaChunkHeader* hdr;
   // Per-row running maxima of the document that continues into the next
@@ -447,7 +458,7 @@ struct TmaBlock {
     // not wait for that and then for an L2 round trip.
     constexpr int kEarly = kWG * S::kQStages;
     bool last = IssueChunk(0, cur);
-    for (int64_t c = 0; !last; ++c) {
+    for (Chunk c = 0; !last; ++c) {
       if (!resident) IssueQueryTiles(c, 0, min(kEarly, ntiles));
       const bool next_last = IssueChunk(c + 1, cur);
       if (!resident) IssueQueryTiles(c, min(kEarly, ntiles), ntiles);
@@ -486,12 +497,13 @@ struct TmaBlock {
   }
 
   // Loads tiles [i0, i1) of chunk c.
-  __device__ void IssueQueryTiles(int64_t c, int i0, int i1) {
+  __device__ void IssueQueryTiles(Chunk c, int i0, int i1) {
     const int lane = threadIdx.x & 31;
     for (int i = i0; i < i1; ++i) {
       const int w = i % kWG;
       const int nw = (ntiles - w + kWG - 1) / kWG;
-      const int64_t n = c * nw + i / kWG;  // warpgroup w's load count
+      const int64_t n =
+          static_cast<int64_t>(c) * nw + i / kWG;  // warpgroup w's load count
       const int slot = w * S::kQStages + static_cast<int>(n % S::kQStages);
       const int64_t round = n / S::kQStages;
       if (round > 0) MbarWait(&qempty[slot], (round - 1) & 1);
@@ -511,7 +523,7 @@ struct TmaBlock {
 
   // Fills stage c % kStages with the next chunk; returns true (and writes
   // the end marker) when the unit has no tokens left.
-  __device__ bool IssueChunk(int64_t c, Cursor& cur) {
+  __device__ bool IssueChunk(Chunk c, Cursor& cur) {
     const int lane = threadIdx.x & 31;
     const int s = static_cast<int>(c % S::kStages);
     if (c >= S::kStages) MbarWait(&empty[s], ((c / S::kStages) - 1) & 1);
@@ -631,8 +643,11 @@ struct TmaBlock {
       }
     }
     if constexpr (S::kScaled) CpAsyncMbarArrive(&full[s]);
-    __syncwarp();
-    IndexChunk(h, nseg);
+    if constexpr (!kWidenerIndex) {
+      __syncwarp();
+      IndexMasks(h, nseg);
+      IndexParts(h, nseg);
+    }
     __syncwarp();
     if (lane == 0) {
       h->nseg = nseg;
@@ -647,7 +662,7 @@ struct TmaBlock {
 
   // The scale slot of chunk c: its stage when widened, else one of
   // kStages + 1 (see TmaShape::kScSlots).
-  __device__ __forceinline__ static int ScaleSlot(int64_t c) {
+  __device__ __forceinline__ static int ScaleSlot(Chunk c) {
     return static_cast<int>(c % S::kScSlots);
   }
 
@@ -676,15 +691,25 @@ struct TmaBlock {
     return sg.lo < base + cols && (sg.hi > base || sg.lo >= base);
   }
 
-  // The consumers' per-chunk index, written once here instead of once per
-  // query tile: which segments each 128-column part holds, and each
-  // segment's column masks. The whole producer warp; segments already in
-  // shared memory.
-  __device__ void IndexChunk(TmaChunkHeader* h, int nseg) {
+  // The consumers' per-chunk index, written once instead of once per query
+  // tile: each segment's column masks (IndexMasks), which segments each
+  // 128-column part holds, its plan, and the chunk's flags (IndexParts).
+  // One warp each, segments already in shared memory: the producer's, or
+  // two widening warps' (WidenAll, kWidenerIndex).
+  __device__ void IndexMasks(TmaChunkHeader* h, int nseg) {
     const int lane = threadIdx.x & 31;
     for (int i = lane; i < nseg * 8; i += 32) {
       const TmaSeg& sg = h->seg[i / 8];
       h->mask[i / 8][i % 8] = ColumnBlocks(sg.lo, sg.hi, i % 8);
+    }
+  }
+
+  __device__ void IndexParts(TmaChunkHeader* h, int nseg) {
+    const int lane = threadIdx.x & 31;
+    if (lane == 2) {
+      uint32_t flags = 0;
+      for (int si = 0; si < nseg; ++si) flags |= h->seg[si].flags;
+      h->flags = flags;
     }
     if (lane < 2) {
       int first = nseg, end = 0;
@@ -739,14 +764,8 @@ struct TmaBlock {
       // One tile per block (S::kMaxTiles): its rows' scales, once.
       static_assert(S::kMaxTiles == 1, "one tile per block");
       RowScales(((threadIdx.x / 32) & 1) * 16 + (lane >> 2), qs_lo, qs_hi);
-      if constexpr (kPlaidMma) {
-        qs_lo = __ldg(p.q_scales + ta * S::kTileRows +
-                      ((threadIdx.x / 32) & 1) * 16 + (lane >> 2));
-        qs_hi = __ldg(p.q_scales + ta * S::kTileRows +
-                      ((threadIdx.x / 32) & 1) * 16 + (lane >> 2) + 8);
-      }
     }
-    for (int64_t c = 0;; ++c) {
+    for (Chunk c = 0;; ++c) {
       int s = static_cast<int>(c % S::kStages);
       // Widened: s is the float16 stage, which the consumers release.
       if constexpr (kWidened) {
@@ -754,7 +773,7 @@ struct TmaBlock {
         MbarWait(&wfull[s], (c / S::kWide) & 1);
         sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
         if constexpr (kPlaidMma) {
-          qc = reinterpret_cast<const uint32_t*>(qcsm + (c % (S::kWide + 1)) *
+          qc = reinterpret_cast<const uint32_t*>(qcsm + (c % S::kQcSlots) *
                                                             S::kQcBytes);
         }
       } else {
@@ -783,9 +802,7 @@ struct TmaBlock {
         // stores before the reader's loads in the next chunk, the reader's
         // loads before the next chunk's stores). The two tables of partial
         // sums then alternate by chunk that ends a document.
-        uint32_t flags = 0;
-        for (int si = 0; si < nseg; ++si) flags |= h->seg[si].flags;
-        if ((flags & kSegEnds) == 0) {
+        if ((h->flags & kSegEnds) == 0) {
           PairBarrier();
           continue;
         }
@@ -822,7 +839,7 @@ struct TmaBlock {
   // Waits for this warpgroup's k-th query tile of chunk c. Streamed tiles
   // arrive in the order the warpgroup takes them, chunk by chunk: the n-th
   // (qn) lands in slot n % kQStages, phase n / kQStages.
-  __device__ __forceinline__ Tile AcquireTile(int64_t c, int k, int wg) {
+  __device__ __forceinline__ Tile AcquireTile(Chunk c, int k, int wg) {
     if (resident) {
       if constexpr (MAXSIMD_TMA_PROBE == 2) {
         const int slot = wg * S::kQStages + k % S::kQStages;
@@ -872,24 +889,38 @@ struct TmaBlock {
   // landed and the consumers are done with the float16 stage's previous
   // chunk, widens the chunk into it (Widen), then releases stage s and
   // tells the consumers. The end marker is passed on as it is.
+  //
+  // PlaidMma has the chunk's table rows fetched (FetchTable), widens its
+  // levels (DecodeLevels), and indexes it (kWidenerIndex: widening warps 0
+  // and 1) while the rows are on the way.
   __device__ void WidenAll() {
-    for (int64_t c = 0;; ++c) {
+    static_assert(!kWidenerIndex || S::kWideners >= 64, "two warps index");
+    const int warp =
+        __shfl_sync(0xffffffffu, (threadIdx.x - (S::kConsumers + 32)) / 32, 0);
+    for (Chunk c = 0;; ++c) {
       const int s = static_cast<int>(c % S::kStages);
       MbarWait(&full[s], (c / S::kStages) & 1);
-      const bool end = hdr[c % S::kHeaders].nseg < 0;
+      TmaChunkHeader* h = &hdr[c % S::kHeaders];
+      const int nseg = h->nseg;
+      const bool end = nseg < 0;
       const int w = static_cast<int>(c % S::kWide);
+      uint8_t* out = dsm + w * S::kStageBytes;
+      float* to = wide_sc + (c % (S::kWide + 1)) * S::kN;
       if (c >= S::kWide) MbarWait(&wempty[w], ((c / S::kWide) - 1) & 1);
       if (!end) {
         if constexpr (kPlaidMma) {
-          DecodeLevels(s, dsm + w * S::kStageBytes,
-                       wide_sc + (c % (S::kWide + 1)) * S::kN,
-                       qcsm + (c % (S::kWide + 1)) * S::kQcBytes);
+          FetchTable(s, qcsm + (c % S::kQcSlots) * S::kQcBytes);
+          DecodeLevels(s, out);
+          CopyWideScales(s, to);
+          if constexpr (kWidenerIndex) {
+            if (warp == 0) IndexMasks(h, nseg);
+            if (warp == 1) IndexParts(h, nseg);
+          }
+          CpAsyncWaitAll();
         } else if constexpr (kPB > 0) {
-          Decode(s, dsm + w * S::kStageBytes,
-                 wide_sc + (c % (S::kWide + 1)) * S::kN);
+          Decode(s, out, to);
         } else {
-          Widen(s, dsm + w * S::kStageBytes,
-                wide_sc + (c % (S::kWide + 1)) * S::kN);
+          Widen(s, out, to);
         }
       }
       FenceProxyAsync();
@@ -934,9 +965,7 @@ struct TmaBlock {
       *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
       *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
     }
-    for (int i = tid; i < S::kN; i += S::kWideners) {
-      to[i] = scsm[s * S::kN + i];
-    }
+    CopyWideScales(s, to);
   }
 
   __device__ __forceinline__ static uint32_t Hadd2(uint32_t a, uint32_t b) {
@@ -1030,9 +1059,7 @@ struct TmaBlock {
       *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
       *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
     }
-    for (int i = tid; i < S::kN; i += S::kWideners) {
-      to[i] = scsm[s * S::kN + i];
-    }
+    CopyWideScales(s, to);
   }
 
   // PlaidMma: the int8 levels of 16 values (2 * nbits residual bytes at
@@ -1061,36 +1088,38 @@ struct TmaBlock {
     }
   }
 
+  // PlaidMma: has each token's row of the query-centroid table (the
+  // block's tile, the token's centroid) of compressed stage s copied to the
+  // table slot `qc_to` (16-byte cp.async, four lanes per row; the caller
+  // waits with CpAsyncWaitAll). The ids of rows past the chunk's tokens are
+  // clamped into the table (their columns are never read).
+  __device__ __forceinline__ void FetchTable(int s, uint8_t* qc_to) const {
+    const int tid = threadIdx.x - (S::kConsumers + 32);
+    const int32_t* ids = codesm + s * S::kN;
+    const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
+    const uint8_t* table = reinterpret_cast<const uint8_t*>(p.plaid_qc) +
+                           static_cast<int64_t>(ta) * p.num_centroids * 64;
+    for (int i = tid; i < S::kN * 4; i += S::kWideners) {
+      const uint32_t id = min(static_cast<uint32_t>(ids[i / 4]), last);
+      CpAsync16(qc_to + (i / 4) * S::kQcStride + (i % 4) * 16,
+                table + static_cast<int64_t>(id) * 64 + (i % 4) * 16);
+    }
+  }
+
   // PlaidMma: widens compressed stage s into the int8 stage `out` (the
-  // 128-byte swizzle layout the copy engine writes for Int8Mma rows), copies
-  // its scales to `to`, and each token's row of the query-centroid table
-  // (the block's tile, the token's centroid) to the table slot `qc_to`.
-  // The table rows go first (16-byte cp.async, four lanes per row), so that
-  // their L2 round trips overlap the widening; the ids of rows past the
-  // chunk's tokens are clamped into the table (their columns are never
-  // read).
-  __device__ void DecodeLevels(int s, uint8_t* out, float* to, uint8_t* qc_to) {
-    constexpr int kPerRow = S::kDim / 16;  // 16-value pieces per row
+  // 128-byte swizzle layout the copy engine writes for Int8Mma rows). Each
+  // thread keeps one 16-value piece column c of rows r0, r0 + kRowStep, ...,
+  // as in Widen.
+  __device__ void DecodeLevels(int s, uint8_t* out) const {
+    constexpr int kPerRow = S::kDim / 16;
     static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
     constexpr int kRowStep = S::kWideners / kPerRow;
     static_assert(S::kN % kRowStep == 0, "whole passes");
-    constexpr int kPieceBytes = 2 * kPB;
     const int tid = threadIdx.x - (S::kConsumers + 32);
-    {
-      const int32_t* ids = codesm + s * S::kN;
-      const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
-      const uint8_t* table = reinterpret_cast<const uint8_t*>(p.plaid_qc) +
-                             static_cast<int64_t>(ta) * p.num_centroids * 64;
-      for (int i = tid; i < S::kN * 4; i += S::kWideners) {
-        const uint32_t id = min(static_cast<uint32_t>(ids[i / 4]), last);
-        CpAsync16(qc_to + (i / 4) * S::kQcStride + (i % 4) * 16,
-                  table + static_cast<int64_t>(id) * 64 + (i % 4) * 16);
-      }
-    }
     const int c = tid % kPerRow;
     const int r0 = tid / kPerRow;
     const uint8_t* res =
-        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * kPieceBytes;
+        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * 2 * kPB;
     uint8_t* base = out + (c / 8) * S::kHalfStageBytes + r0 * 128;
 #pragma unroll 4
     for (int k = 0; k < S::kN / kRowStep; ++k) {
@@ -1099,10 +1128,15 @@ struct TmaBlock {
       *reinterpret_cast<uint4*>(base + k * kRowStep * 128 +
                                 ((c % 8) ^ (r & 7)) * 16) = v;
     }
+  }
+
+  // Widened kernels: the scales of compressed stage s to the widened
+  // chunk's slot `to`.
+  __device__ __forceinline__ void CopyWideScales(int s, float* to) const {
+    const int tid = threadIdx.x - (S::kConsumers + 32);
     for (int i = tid; i < S::kN; i += S::kWideners) {
       to[i] = scsm[s * S::kN + i];
     }
-    CpAsyncWaitAll();
   }
 
   // PlaidMma: each int32 cell becomes fp32 scale * (centroid term + row
@@ -1172,7 +1206,7 @@ struct TmaBlock {
   }
 
   // One wgmma chain over a tile: all its columns at once, epilogue after.
-  __device__ __forceinline__ void ChunkWhole(int64_t c, int s,
+  __device__ __forceinline__ void ChunkWhole(Chunk c, int s,
                                              const uint8_t* stage,
                                              const TmaChunkHeader* h, int wg,
                                              int nw) {
@@ -1203,7 +1237,7 @@ struct TmaBlock {
   // compiler serializes wgmmas around an mbarrier operation otherwise); the
   // epilogue is the longer step, so waiting for MMA (k, 1) before issuing
   // (k + 1, 0) costs little, and the other warpgroup's MMAs fill the gap.
-  __device__ __forceinline__ void ChunkSplit(int64_t c, int s,
+  __device__ __forceinline__ void ChunkSplit(Chunk c, int s,
                                              const uint8_t* stage,
                                              const TmaChunkHeader* h, int wg,
                                              int nw) {
@@ -1586,12 +1620,13 @@ struct TmaBlock {
   }
 
   // A quantised query's scales of this lane's rows (row, row + 8) of the
-  // block's tiles; 1 otherwise.
+  // block's tiles (PlaidMma: the rows' factors, ScaleColsPlaid); 1
+  // otherwise.
   __device__ __forceinline__ void RowScales(int row, float& qs0,
                                             float& qs1) const {
     qs0 = 1.f;
     qs1 = 1.f;
-    if constexpr (kQScaled) {
+    if constexpr (kQScaled || kPlaidMma) {
       if (p.q_scales != nullptr) {
         qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
         qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
