@@ -371,8 +371,9 @@ struct TmaBlock {
   using Acc = std::conditional_t<kS8, int32_t, float>;
   // The widening warps index each chunk (IndexMasks) instead of the
   // producer: PlaidMma at 1 and 2 bits, whose producer bounded the scans.
-  // At 4 bits the widening warps have twice the residuals to widen, and
-  // the move measured 3% slower (bench/NOTES.md, s9).
+  // At 4 bits, where the widening warps have twice the residuals to widen,
+  // it measured no faster; the int8 kernels' two widening warps have no
+  // time to spare for it (bench/NOTES.md, s9).
   static constexpr bool kWidenerIndex = kPlaidMma && kPB < 4;
   // A block's chunk count: 32 bits, far above the chunks of any unit, so
   // that the ring positions (c % 7, c % 3, ...) are a short unsigned
