@@ -707,19 +707,17 @@ struct TmaBlock {
 
   __device__ void IndexParts(TmaChunkHeader* h, int nseg) {
     const int lane = threadIdx.x & 31;
-    if (lane == 2) {
-      uint32_t flags = 0;
-      for (int si = 0; si < nseg; ++si) flags |= h->seg[si].flags;
-      h->flags = flags;
-    }
     if (lane < 2) {
       int first = nseg, end = 0;
+      uint32_t flags = 0;
       for (int si = 0; si < nseg; ++si) {
+        flags |= h->seg[si].flags;
         if (Touches(h->seg[si], lane * kTmaPartCols, kTmaPartCols)) {
           first = min(first, si);
           end = si + 1;
         }
       }
+      if (lane == 0) h->flags = flags;
       h->part[lane][0] = first;
       h->part[lane][1] = end;
       h->plan[lane] = PlanPart(h, lane * kTmaPartCols, first, end);
