@@ -28,9 +28,12 @@
 //                     [--kernels tma|mma] [--tma-box 16|64]
 //                     [--tma-scan-group TILES] [--scan-chunk-entries N]
 //                     [--scan-docs-per-unit N] [--plaid-int8-mma 0|1]
+//                     [--plaid-warp-scan 0|1]
 //
 // --plaid-int8-mma 0 scores the PLAID shapes with the float16 decode
-// instead of the int8 MMA (GpuBackendOptions::plaid_int8_mma).
+// instead of the int8 MMA (GpuBackendOptions::plaid_int8_mma);
+// --plaid-warp-scan 0 scans them with the TMA kernel instead of the warp
+// kernel (GpuBackendOptions::plaid_warp_scan).
 //
 // e.g. --only colbert_scan_100k,colbert_scan_100k_int8 measures one int8
 // shape with its twin.
@@ -699,6 +702,7 @@ int main(int argc, char** argv) {
   int64_t chunk_entries = 0;  // 0: the backend's defaults
   int64_t docs_per_unit = 0;
   bool plaid_int8_mma = true;
+  bool plaid_warp_scan = true;
   int runs = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -720,13 +724,16 @@ int main(int argc, char** argv) {
       docs_per_unit = std::atoll(argv[++i]);
     else if (a == "--plaid-int8-mma" && i + 1 < argc)
       plaid_int8_mma = std::atoi(argv[++i]) != 0;
+    else if (a == "--plaid-warp-scan" && i + 1 < argc)
+      plaid_warp_scan = std::atoi(argv[++i]) != 0;
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--runs N] "
                    "[--only NAME[,NAME...]] "
                    "[--kernels tma|mma] [--tma-box 16|64] "
                    "[--tma-scan-group TILES] [--scan-chunk-entries N] "
-                   "[--scan-docs-per-unit N] [--plaid-int8-mma 0|1]\n",
+                   "[--scan-docs-per-unit N] [--plaid-int8-mma 0|1] "
+                   "[--plaid-warp-scan 0|1]\n",
                    argv[0]);
       return 1;
     }
@@ -758,6 +765,7 @@ int main(int argc, char** argv) {
   if (chunk_entries > 0) opt.scan_chunk_entries = chunk_entries;
   opt.tma_scan_docs_per_unit = docs_per_unit;
   opt.plaid_int8_mma = plaid_int8_mma;
+  opt.plaid_warp_scan = plaid_warp_scan;
   opt.limits.max_batch_candidates = 1 << 20;
   auto backend_or = maxsimd::GpuBackend::Create(opt);
   if (!backend_or.ok()) {

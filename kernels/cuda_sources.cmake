@@ -21,6 +21,7 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_tma_plaid4.cu
   maxsim_tma_plaidmma.cu
   plaid_qc.cu
+  plaid_scan.cu
   topk.cu
 )
 maxsimd_set_cuda_flags(maxsimd_kernels)

@@ -342,7 +342,18 @@ struct PlaidMmaPlan {
   int64_t staged_bytes = 0;  // both, in the query region
   float step = 1.f;          // PlaidLevels
   int8_t levels[16] = {};
+  // A scan at 2 or 4 bits on the warp kernel (plaid_warp_scan): the table
+  // in row-factor units follows the float16 one, at this offset.
+  bool units = false;
+  int64_t units_offset = 0;
 };
+
+// The worker's table in row-factor units when `plan` has one, else null.
+int32_t* PlaidUnits(const Worker& w, const PlaidMmaPlan& plan) {
+  if (!plan.on || !plan.units) return nullptr;
+  return reinterpret_cast<int32_t*>(reinterpret_cast<char*>(w.plaid_table) +
+                                    plan.units_offset);
+}
 
 class GpuBackendImpl final : public Backend {
  public:
@@ -1064,14 +1075,21 @@ absl::Status GpuBackendImpl::RunSearch(
   PlaidMmaPlan plaid_mma;
   if (plaid && tma.on && options_.plaid_int8_mma &&
       TmaPlaidUsesMma(dim, PlaidNbits(dtype), tma.warpgroups)) {
-    const int64_t table = PlaidQcTableBytes(
-        tma.tiles, p.segments[0].resident.plaid.num_centroids);
+    const int64_t centroids = p.segments[0].resident.plaid.num_centroids;
+    const int nbits = PlaidNbits(dtype);
+    const bool units =
+        !gather && options_.plaid_warp_scan && (nbits == 2 || nbits == 4);
+    const int64_t qc_bytes = PlaidQcTableBytes(tma.tiles, centroids);
+    const int64_t table =
+        qc_bytes + (units ? PlaidUnitsTableBytes(tma.tiles, centroids) : 0);
     const int64_t codes = tma.tiles * TmaTileBytes(1, tma.dpad) / 2;
     const int64_t staged = codes + tma.tiles * tma.tile_rows * dim * 2;
     if (table <= options_.plaid_table_bytes &&
         staged <= options_.max_query_elements * 2 &&
         ReservePlaidTable(w, table)) {
       plaid_mma.on = true;
+      plaid_mma.units = units;
+      plaid_mma.units_offset = qc_bytes;
       plaid_mma.rows_offset = codes;
       plaid_mma.staged_bytes = staged;
       plaid_mma.step = PlaidLevels(p.segments[0].host.plaid.bucket_weights,
@@ -1310,7 +1328,8 @@ absl::Status GpuBackendImpl::RunSearch(
         reinterpret_cast<const uint16_t*>(w.dev_in + cap.query +
                                           plaid_mma.rows_offset),
         tma.tiles, dim, codec.centroids, codec.num_centroids, w.plaid_table,
-        stream));
+        stream, reinterpret_cast<const float*>(w.dev_in + cap.q_scales),
+        PlaidUnits(w, plaid_mma)));
   }
   const void* dev_query = w.dev_in + cap.query;
   const int32_t* dev_row_query =
@@ -1345,6 +1364,7 @@ absl::Status GpuBackendImpl::RunSearch(
       t.num_centroids = codec.num_centroids;
       if (plaid_mma.on) {
         t.plaid_qc = w.plaid_table;
+        t.plaid_units = PlaidUnits(w, plaid_mma);
         std::copy(std::begin(plaid_mma.levels), std::end(plaid_mma.levels),
                   std::begin(t.plaid_levels));
       }
@@ -1589,6 +1609,8 @@ absl::Status GpuBackendImpl::RunSearch(
       if (tma.on) {
         TmaLaunchParams t;
         t.map_slot = static_cast<int32_t>(slot);
+        // The warp kernel reads the rows directly (resident segments).
+        if (!p.segments[s].streamed) t.plaid_rows = tokens;
         t.scan_box_rows = options_.tma_scan_box_rows == 16 ? 16 : 64;
         t.cu_seqlens = v.cu_seqlens;
         t.row_base = row_base;

@@ -94,6 +94,11 @@ struct GpuBackendOptions {
   // decode. False: always the float16 decode.
   bool plaid_int8_mma = true;
   int64_t plaid_table_bytes = int64_t{64} << 20;
+  // Scans of those corpora at 2 and 4 bits take the warp kernel of
+  // kernels/plaid_scan.cu (residuals decoded in registers, the centroid
+  // term as the MMA's initial accumulator; its table, twice the float16
+  // one's bytes, shares the limit above). False: the TMA kernel's.
+  bool plaid_warp_scan = true;
 };
 
 class GpuBackend {

@@ -222,6 +222,7 @@ absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
         " launch needs codes, scales, centroids_f16, bucket_weights and "
         "num_centroids"));
   }
+  if (PlaidScanApplies(p)) return LaunchPlaidScan(p, stream);
   if (PlaidNbits(p.dtype) > 0 && p.plaid_qc != nullptr) {
     return DispatchPlaidMma(p, stream);
   }

@@ -70,6 +70,11 @@ inline bool TmaPlaidUsesMma(int32_t dim, int nbits, int32_t warpgroups) {
 inline int64_t PlaidQcTableBytes(int64_t tiles, int64_t num_centroids) {
   return tiles * num_centroids * 64;
 }
+// Bytes of the same table in units of each row's factor
+// (TmaLaunchParams::plaid_units), for PLAID scans (LaunchPlaidScan).
+inline int64_t PlaidUnitsTableBytes(int64_t tiles, int64_t num_centroids) {
+  return tiles * num_centroids * 128;
+}
 
 // Elements per staged query row: dim rounded up to 64 (one 128-byte
 // swizzle row); the columns past dim are zero, and so are the corpus
@@ -169,6 +174,12 @@ struct TmaLaunchParams {
   // row's factor, its int8 scale times the levels' step.
   const uint32_t* plaid_qc = nullptr;
   int8_t plaid_levels[16] = {};
+  // PlaidMma scans at 2 and 4 bits (PlaidScanApplies), which take
+  // LaunchPlaidScan: the table above in units of each row's factor,
+  // [tiles][num_centroids][32] int32 (LaunchPlaidQueryCentroids' `units`),
+  // and the packed residual rows of map slot map_slot, device memory.
+  const int32_t* plaid_units = nullptr;
+  const void* plaid_rows = nullptr;
   // Int8 corpora with quantised queries: the scale of every staged query
   // row (padding rows 1); null otherwise. A row's maxima are multiplied by
   // it before the sum over the query's rows.
@@ -206,17 +217,42 @@ struct TmaLaunchParams {
 absl::Status LaunchMaxSimTma(const TmaLaunchParams& params,
                              cudaStream_t stream);
 
+// Whether a launch is a PlaidMma scan that the warp kernel of
+// plaid_scan.cu takes (LaunchMaxSimTma dispatches it there): d = 128, 2 or
+// 4 bits, one tile, with the unit table, the slot's rows and the row
+// factors.
+inline bool PlaidScanApplies(const TmaLaunchParams& p) {
+  const int nbits = PlaidNbits(p.dtype);
+  return p.records == nullptr && (nbits == 2 || nbits == 4) && p.dim == 128 &&
+         p.warpgroups == 1 && p.num_tiles == 1 && p.plaid_units != nullptr &&
+         p.plaid_rows != nullptr && p.codes != nullptr && p.scales != nullptr &&
+         p.q_scales != nullptr;
+}
+
+// The PLAID scan of plaid_scan.cu: REQUIRES PlaidScanApplies(params) (else
+// INVALID_ARGUMENT). Scores as LaunchMaxSimTma does.
+absl::Status LaunchPlaidScan(const TmaLaunchParams& params,
+                             cudaStream_t stream);
+
 // The PlaidMma query-centroid table (TmaLaunchParams::plaid_qc): for tile
 // t, centroid k and row pair 8w + g, the float16 pair (row 16w + g, row
 // 16w + g + 8) of q_row . centroids[k], summed in fp32 and rounded once.
 // rows: float16 query rows [tiles * 32, dim], row-major, device memory;
 // centroids: [num_centroids, dim] fp32, device memory; table:
-// PlaidQcTableBytes(tiles, num_centroids) bytes. REQUIRES: dim a multiple
-// of 4, at most 256.
+// PlaidQcTableBytes(tiles, num_centroids) bytes. When `units` is not
+// null, it gets the same table in units of each row's factor
+// (PlaidUnitsTableBytes): for tile t, centroid k and row r, the int32 at
+// [t][k][(r % 8 / 2) * 8 + (r / 8) * 2 + r % 2] (a lane's eight columns of
+// the mma.sync accumulator together) is round(float16 dot / factor), the
+// factor q_factors[32 t + r] (0 where the factor is not positive),
+// clamped to +-2^30.
+// REQUIRES: dim a multiple of 4, at most 256.
 absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
                                        int32_t dim, const float* centroids,
                                        int64_t num_centroids, uint32_t* table,
-                                       cudaStream_t stream);
+                                       cudaStream_t stream,
+                                       const float* q_factors = nullptr,
+                                       int32_t* units = nullptr);
 
 }  // namespace maxsimd
 

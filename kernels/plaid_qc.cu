@@ -17,7 +17,8 @@ constexpr int kThreads = 4 * kCentroidsPerBlock;
 
 __global__ void __launch_bounds__(kThreads)
     PlaidQcKernel(const __half* rows, int32_t dim, const float* centroids,
-                  int64_t num_centroids, uint32_t* table) {
+                  int64_t num_centroids, uint32_t* table,
+                  const float* q_factors, int32_t* units) {
   extern __shared__ float
       q[];  // [kRows][dim + 4]: rows 16 bytes apart in banks
   const int stride = dim + 4;
@@ -51,10 +52,24 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   uint32_t* out = table + (tile * num_centroids + k) * 16;
+  int32_t* uout =
+      units == nullptr ? nullptr : units + (tile * num_centroids + k) * 32;
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
     const __half2 h = __floats2half2_rn(acc[2 * m], acc[2 * m + 1]);
     out[j + 4 * m] = *reinterpret_cast<const uint32_t*>(&h);
+    if (uout == nullptr) continue;
+    const int pair = j + 4 * m;
+    const int r0 = 16 * (pair / 8) + pair % 8;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = r0 + 8 * e;
+      const float f = q_factors[tile * kRows + r];
+      const float v = __half2float(e == 0 ? __low2half(h) : __high2half(h));
+      const float x = f > 0.f ? rintf(v / f) : 0.f;
+      uout[(r % 8 / 2) * 8 + (r / 8) * 2 + r % 2] =
+          static_cast<int32_t>(fminf(fmaxf(x, -1073741824.f), 1073741824.f));
+    }
   }
 }
 
@@ -63,9 +78,10 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
                                        int32_t dim, const float* centroids,
                                        int64_t num_centroids, uint32_t* table,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream,
+                                       const float* q_factors, int32_t* units) {
   if (dim % 4 != 0 || dim <= 0 || dim > 256 || tiles < 0 || tiles > 65535 ||
-      num_centroids <= 0) {
+      num_centroids <= 0 || (units != nullptr && q_factors == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "LaunchPlaidQueryCentroids: dim ", dim, ", ", tiles, " tiles, ",
         num_centroids, " centroids are outside its limits"));
@@ -83,7 +99,7 @@ absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
   }
   PlaidQcKernel<<<grid, kThreads, smem, stream>>>(
       reinterpret_cast<const __half*>(rows), dim, centroids, num_centroids,
-      table);
+      table, q_factors, units);
   MAXSIMD_CUDA_CHECK_LAUNCH();
   return absl::OkStatus();
 }

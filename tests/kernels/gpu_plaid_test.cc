@@ -447,6 +447,33 @@ TEST(GpuPlaidTest, Float16DecodeAtWidth128WithTheInt8MmaOff) {
   }
 }
 
+// PlaidMma scans at 2 and 4 bits take the warp kernel (plaid_scan.cu) by
+// default; with GpuBackendOptions::plaid_warp_scan off, the TMA kernel's
+// PlaidMma path scores them, against the same oracle: one query of 32 rows,
+// and two queries sharing the tile.
+TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  GpuBackendOptions options = ::maxsimd::testing::TestOptions();
+  options.plaid_warp_scan = false;
+  auto backend = ::maxsimd::testing::MakeGpuBackend(options);
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
+    const PlaidCorpus corpus = MakeCorpus(*backend, rng, 128, nbits);
+    Batch two;
+    two.dim = 128;
+    two.refs = corpus.Refs();
+    two.AddQuery(RandomQuery(rng, 16, 128), 50);
+    two.AddQuery(RandomQuery(rng, 9, 128), 7);
+    for (const Batch& batch : {ScanBatch(rng, corpus, 128, true), two}) {
+      // (The mma.sync kernels, MAXSIMD_TEST_KERNELS=mma, refuse PLAID.)
+      EXPECT_EQ(UsesPlaidMma(options, batch, nbits), options.use_tma);
+      ExpectPlaidSearch(*backend, batch, nbits, corpus, options);
+    }
+  }
+}
+
 // Two queries of 16 rows in one scan tile, and reranks of several queries
 // of at most 32 rows each: the int8 MMA path with more than one query per
 // launch (each rerank query on its own tile, the table per tile).
@@ -462,7 +489,10 @@ TEST(GpuPlaidTest, Int8MmaServesSeveralQueriesPerLaunch) {
     scan.refs = corpus.Refs();
     scan.AddQuery(RandomQuery(rng, 16, 128), 50);
     scan.AddQuery(RandomQuery(rng, 9, 128), 7);
-    EXPECT_TRUE(UsesPlaidMma(::maxsimd::testing::TestOptions(), scan, nbits));
+    // (The mma.sync kernels, MAXSIMD_TEST_KERNELS=mma, refuse PLAID.)
+    const bool tma = ::maxsimd::testing::TestOptions().use_tma;
+    EXPECT_EQ(UsesPlaidMma(::maxsimd::testing::TestOptions(), scan, nbits),
+              tma);
     ExpectPlaidSearch(backend, scan, nbits, corpus);
     Batch rerank = RerankBatch(rng, corpus, 128, 1);
     std::uniform_int_distribution<int> lq(1, 32);
@@ -474,7 +504,8 @@ TEST(GpuPlaidTest, Int8MmaServesSeveralQueriesPerLaunch) {
       rerank.cand_offsets.push_back(
           static_cast<int64_t>(rerank.candidates.size()));
     }
-    EXPECT_TRUE(UsesPlaidMma(::maxsimd::testing::TestOptions(), rerank, nbits));
+    EXPECT_EQ(UsesPlaidMma(::maxsimd::testing::TestOptions(), rerank, nbits),
+              tma);
     ExpectPlaidSearch(backend, rerank, nbits, corpus);
   }
 }
