@@ -22,24 +22,37 @@
 //   - A document's running maxima stay in registers (per lane, rows g and
 //     g + 8) until it ends; then the warp reduces them over its lanes and
 //     lane 0 writes the document's score.
-// Raw rows are loaded two tiles ahead and table rows one tile ahead, so
-// that each warp keeps ~1.3 KB in flight; 16 warps per multiprocessor.
+// Packed rows are loaded into registers two tiles ahead and table rows one
+// tile ahead. The rows' centroid ids and scales come through a per-warp
+// ring in shared memory (MetaRing), one coalesced cp.async per 32 rows,
+// twelve tiles ahead: the table loads wait on them, and a load issued only
+// two tiles earlier was often not back. 16 warps per multiprocessor.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/detail/tma.cuh"
 #include "kernels/maxsim_tma.h"
 
 namespace maxsimd {
 namespace {
+
+using detail::CpAsync4;
+using detail::CpAsyncCommit;
+using detail::CpAsyncWaitAll;
+using detail::CpAsyncWaitGroup;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMinBlocks = 2;
 constexpr int kTileRows = 32;  // query rows per staged tile
 constexpr int kDim = 128;
+// Each warp's ring of row metadata (MetaRing): chunks of 32 rows, copied
+// kAhead chunks ahead of the one in use.
+constexpr int kRing = 8;
+constexpr int kAhead = 6;
 
 // Int8 MMA m16n8k32, row.col, s32 += s8 * s8.
 __device__ __forceinline__ void MmaS8(int32_t (&d)[4], uint32_t a0, uint32_t a1,
@@ -124,24 +137,31 @@ __device__ __forceinline__ void Decode(const LevelRegs<4>& L, uint32_t w,
   }
 }
 
-// One tile's raw data for one lane: its quarter of rows g and g + 8 and
-// their scales (the centroid ids come a tile earlier).
+// One tile's packed rows for one lane: its quarter of rows g and g + 8.
 template <int kNbits>
 struct Raw {
   static constexpr int kWords = kNbits == 2 ? 2 : 4;  // per row
   uint32_t bits[2][kWords];
-  float scale[2];
 };
 
-// A lane's view of its warp's token rows [ta, tb): pointers at row ta + g
+// A warp's centroid ids and scales in shared memory: chunk k (rows
+// 32 k .. 32 k + 31 of the warp's rows, tiles 2 k and 2 k + 1) in slot
+// k % kRing, one cp.async of 4 bytes per lane and array.
+struct MetaRing {
+  int32_t id[kRing][32];
+  float scale[kRing][32];
+};
+
+// A lane's view of its warp's token rows [ta, tb): a pointer at row ta + g
 // (its quarter of the packed row), and rows as offsets from there, clamped
-// to the last row (tb - 1) so that the loads past the end stay in bounds.
+// to the last row (tb - 1) so that the loads past the end stay in bounds;
+// the ids and scales from row ta, for MetaRing's chunks.
 template <int kNbits>
 struct LaneRows {
   static constexpr int kRowBytes = kDim * kNbits / 8;
   const uint8_t* bits;
-  const int32_t* ids;
-  const float* scales;
+  const int32_t* ids;    // at row ta
+  const float* scales;   // at row ta
   const int32_t* units;  // the table, at this lane's columns
   int32_t last;          // tb - 1 - (ta + g)
 
@@ -150,11 +170,14 @@ struct LaneRows {
     o[0] = min(16 * i, last);
     o[1] = min(16 * i + 8, last);
   }
-  __device__ __forceinline__ void LoadIds(int32_t i, int32_t (&id)[2]) const {
-    int32_t o[2];
-    Rows(i, o);
-    id[0] = __ldcs(ids + o[0]);
-    id[1] = __ldcs(ids + o[1]);
+  // Chunk k of the ids and scales into its MetaRing slot, as one group.
+  __device__ __forceinline__ void LoadChunk(int32_t k, int lane,
+                                            MetaRing& ring) const {
+    const int32_t o = min(32 * k + lane, last + (lane >> 2));
+    const int s = k & (kRing - 1);
+    CpAsync4(&ring.id[s][lane], ids + o);
+    CpAsync4(&ring.scale[s][lane], scales + o);
+    CpAsyncCommit();
   }
   __device__ __forceinline__ void LoadRaw(int32_t i, Raw<kNbits>& r) const {
     int32_t o[2];
@@ -173,25 +196,23 @@ struct LaneRows {
         r.bits[h][2] = v.z;
         r.bits[h][3] = v.w;
       }
-      r.scale[h] = __ldcs(scales + o[h]);
     }
   }
   // A tile's initial accumulators: the table rows of its centroids, this
   // lane's eight columns (2c + 8t + e, stored together) of rows g, g + 8.
+  // One 8-byte load per n-tile and row lands each pair where its MMA reads
+  // it (acc[t] = {row g: e = 0, 1; row g + 8: e = 0, 1}), with no moves.
   __device__ __forceinline__ void LoadTable(const int32_t (&id)[2],
                                             int32_t (&acc)[4][4]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int4* src = reinterpret_cast<const int4*>(units + id[h] * 32);
-      const int4 a = __ldg(src), b = __ldg(src + 1);
-      acc[0][2 * h] = a.x;
-      acc[0][2 * h + 1] = a.y;
-      acc[1][2 * h] = a.z;
-      acc[1][2 * h + 1] = a.w;
-      acc[2][2 * h] = b.x;
-      acc[2][2 * h + 1] = b.y;
-      acc[3][2 * h] = b.z;
-      acc[3][2 * h + 1] = b.w;
+      const int2* src = reinterpret_cast<const int2*>(units + id[h] * 32);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int2 a = __ldg(src + t);
+        acc[t][2 * h] = a.x;
+        acc[t][2 * h + 1] = a.y;
+      }
     }
   }
 };
@@ -253,22 +274,22 @@ struct WarpScan {
   uint32_t bq[4][4][2];  // B: [n-tile][k-step][b0, b1]
   LevelRegs<kNbits> levels;
   const BlockQueries& bq_of;  // shared memory
+  MetaRing& ring;             // this warp's, in shared memory
   LaneRows<kNbits> lr;
   CuCache cuc;
   int64_t j, jb;
   int32_t doc_end;  // of document j, as a row offset from ta
   int32_t n;        // tb - ta
   float m[4][2];    // running maxima of document j: columns 2c + 8t + e
-  // The pipeline, two slots each: tile i's rows in raw[i % 2] (loaded in
-  // iteration i - 2), its table rows in acc[i % 2] (i - 1), its ids in
-  // id[i % 2] (i - 3).
+  // The pipeline: tile i's rows in raw[i % 2] (loaded in step i - 2), its
+  // table rows in acc[i % 2] (step i - 1), its ids and scales in MetaRing
+  // (chunk i / 2, copied 2 kAhead steps ahead).
   Raw<kNbits> raw[2];
-  int32_t id[2][2];
   int32_t acc[2][4][4];
 
   __device__ WarpScan(const TmaLaunchParams& params, const uint8_t* qsm,
-                      const BlockQueries& queries)
-      : p(params), levels(params.plaid_levels), bq_of(queries) {
+                      const BlockQueries& queries, MetaRing& meta)
+      : p(params), levels(params.plaid_levels), bq_of(queries), ring(meta) {
     lane = threadIdx.x & 31;
     g = lane >> 2;
     c = lane & 3;
@@ -369,13 +390,22 @@ struct WarpScan {
     }
   }
 
+  // The ids of tile i's rows g and g + 8, from MetaRing.
+  __device__ __forceinline__ void Ids(int32_t i, int32_t (&id)[2]) const {
+    const int32_t* row = &ring.id[(i >> 1) & (kRing - 1)][(i & 1) * 16 + g];
+    id[0] = row[0];
+    id[1] = row[8];
+  }
+
   // Tile i (rows 16 i ..), slot kS = i % 2.
   template <int kS>
   __device__ __forceinline__ bool Step(int32_t i, int64_t ta) {
-    // Tile i + 1's table rows (its ids landed two iterations ago), then
-    // tile i + 3's ids into the freed slot.
-    lr.LoadTable(id[kS ^ 1], acc[kS ^ 1]);
-    lr.LoadIds(i + 3, id[kS ^ 1]);
+    // Tile i + 1's table rows.
+    {
+      int32_t id[2];
+      Ids(i + 1, id);
+      lr.LoadTable(id, acc[kS ^ 1]);
+    }
     // The MMAs: A from rows g, g + 8, decoded word by word.
 #pragma unroll
     for (int w = 0; w < Raw<kNbits>::kWords; ++w) {
@@ -392,16 +422,21 @@ struct WarpScan {
         }
       }
     }
-    const float d0 = raw[kS].scale[0], d1 = raw[kS].scale[1];
-    lr.LoadRaw(i + 2, raw[kS]);
+    const float* scale = &ring.scale[(i >> 1) & (kRing - 1)][kS * 16 + g];
+    const float d[2] = {scale[0], scale[8]};
     float v[4][4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        v[t][e] = __int2float_rn(acc[kS][t][e]) * (e < 2 ? d0 : d1);
+        v[t][e] = __int2float_rn(acc[kS][t][e]) * d[e / 2];
       }
     }
+    // Tile i + 2's rows into the slot, after its last reader: a load into
+    // a register still read would be copied into it later, and that copy
+    // waits for the load (the warp would stall a full memory latency per
+    // tile).
+    lr.LoadRaw(i + 2, raw[kS]);
     return Fold(16 * i, v, ta) && 16 * (i + 1) < n;
   }
 
@@ -419,20 +454,32 @@ struct WarpScan {
     if (n > 0) {
       constexpr int kRowBytes = LaneRows<kNbits>::kRowBytes;
       lr.bits = rows + (ta + g) * kRowBytes + c * (kRowBytes / 4);
-      lr.ids = codes + ta + g;
-      lr.scales = scales + ta + g;
       lr.units = units + c * 8;
+      lr.ids = codes + ta;
+      lr.scales = scales + ta;
       lr.last = n - 1 - g;
-      lr.LoadIds(0, id[0]);
-      lr.LoadIds(1, id[1]);
-      lr.LoadTable(id[0], acc[0]);
-      lr.LoadIds(2, id[0]);
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) lr.LoadChunk(k, lane, ring);
       lr.LoadRaw(0, raw[0]);
       lr.LoadRaw(1, raw[1]);
-      for (int32_t i = 0;; i += 2) {
-        if (!Step<0>(i, ta)) break;
-        if (!Step<1>(i + 1, ta)) break;
+      CpAsyncWaitGroup<kAhead - 1>();  // chunk 0
+      __syncwarp();
+      {
+        int32_t id[2];
+        Ids(0, id);
+        lr.LoadTable(id, acc[0]);
       }
+      for (int32_t k = 0;; ++k) {
+        // Chunk k + kAhead into the slot of chunk k - 2, read by every lane
+        // before the last iteration's __syncwarp; then chunk k + 1 (the
+        // ids of tile 2 k + 2's table rows) is in.
+        lr.LoadChunk(k + kAhead, lane, ring);
+        CpAsyncWaitGroup<kAhead - 1>();
+        __syncwarp();
+        if (!Step<0>(2 * k, ta)) break;
+        if (!Step<1>(2 * k + 1, ta)) break;
+      }
+      CpAsyncWaitAll();  // none may land after the block exits
     }
     // Empty documents past the last row (or a warp of only empty ones).
     while (j < jb) Finish();
@@ -444,6 +491,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     PlaidScanKernel(const __grid_constant__ TmaLaunchParams p) {
   __shared__ uint8_t qsm[kTileRows * kDim];  // the tile's int8 codes
   __shared__ BlockQueries queries;
+  __shared__ MetaRing rings[kWarps];
   const int tile = p.tile_begin;
   if (threadIdx.x < kTileRows) {
     queries.factor[threadIdx.x] =
@@ -486,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                          : LowerBound(cu, p.num_docs + 1,
                                       t_begin + span * (warp + 1) / nwarps);
   if (ja >= jb) return;
-  WarpScan<kNbits> ws(p, qsm, queries);
+  WarpScan<kNbits> ws(p, qsm, queries, rings[threadIdx.x / 32]);
   ws.Run(cu, ja, jb, static_cast<const uint8_t*>(p.plaid_rows),
          p.codes[p.map_slot], p.scales[p.map_slot],
          p.plaid_units + int64_t{tile} * p.num_centroids * kTileRows);

@@ -85,6 +85,18 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
       : "memory");
 }
 
+// Closes this thread's group of cp.async copies issued since the last one.
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most kPending of this thread's committed groups are still
+// in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWaitGroup() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // Waits for every cp.async copy this thread issued.
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
