@@ -33,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/detail/mma.cuh"
 #include "kernels/detail/tma.cuh"
 #include "kernels/maxsim_tma.h"
 
@@ -43,6 +44,7 @@ using detail::CpAsync4;
 using detail::CpAsyncCommit;
 using detail::CpAsyncWaitAll;
 using detail::CpAsyncWaitGroup;
+using detail::MmaS8;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -53,17 +55,6 @@ constexpr int kDim = 128;
 // kAhead chunks ahead of the one in use.
 constexpr int kRing = 8;
 constexpr int kAhead = 6;
-
-// Int8 MMA m16n8k32, row.col, s32 += s8 * s8.
-__device__ __forceinline__ void MmaS8(int32_t (&d)[4], uint32_t a0, uint32_t a1,
-                                      uint32_t a2, uint32_t a3, uint32_t b0,
-                                      uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // The value (0..127) that byte j of A register r (0..7) of quad lane c
 // holds, for a row decoded by Decode<kNbits>. Quad lane c holds bytes

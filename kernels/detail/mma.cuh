@@ -1,5 +1,6 @@
 // Device primitives shared by the MaxSim kernels: the m16n8k16 tensor-core
-// MMA for fp16 / bf16 with fp32 accumulation, and the 64-bit ranking key.
+// MMA for fp16 / bf16 with fp32 accumulation, the m16n8k32 int8 MMA, and
+// the 64-bit ranking key.
 //
 // Fragment layout (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //   A (16x16, row): a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)
@@ -89,6 +90,17 @@ __device__ __forceinline__ void Mma16816<Bf16>(float (&c)[4], uint32_t a0,
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += a * b for one 16x8x32 tile of int8 (row.col, int32 accumulators).
+__device__ __forceinline__ void MmaS8(int32_t (&d)[4], uint32_t a0, uint32_t a1,
+                                      uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
