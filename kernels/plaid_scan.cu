@@ -143,39 +143,37 @@ struct MetaRing {
   float scale[kRing][32];
 };
 
-// A lane's view of its warp's token rows [ta, tb): a pointer at row ta + g
-// (its quarter of the packed row), and rows as offsets from there, clamped
-// to the last row (tb - 1) so that the loads past the end stay in bounds;
-// the ids and scales from row ta, for MetaRing's chunks.
+// A lane's view of its warp's token rows [ta, tb): a pointer at row
+// min(ta + g, tb - 1) (its quarter of the packed row) and rows as unsigned
+// offsets from there, clamped to the last row so that the loads past the
+// end stay in bounds; the ids and scales from row ta, for MetaRing's
+// chunks. Offsets and centroid ids widen as unsigned: an address is then
+// two instructions (LEA, LEA.HI.X), not five.
 template <int kNbits>
 struct LaneRows {
   static constexpr int kRowBytes = kDim * kNbits / 8;
+  static constexpr int kRowShift = kNbits == 2 ? 5 : 6;  // log2(kRowBytes)
   const uint8_t* bits;
-  const int32_t* ids;    // at row ta
-  const float* scales;   // at row ta
+  const int32_t* ids;
+  const float* scales;
   const int32_t* units;  // the table, at this lane's columns
-  int32_t last;          // tb - 1 - (ta + g)
+  uint32_t last;         // tb - 1 - ta
+  uint32_t last_g;       // tb - 1 - min(ta + g, tb - 1)
 
-  // Offsets of rows g and g + 8 of the tile at row 16 i.
-  __device__ __forceinline__ void Rows(int32_t i, int32_t (&o)[2]) const {
-    o[0] = min(16 * i, last);
-    o[1] = min(16 * i + 8, last);
-  }
   // Chunk k of the ids and scales into its MetaRing slot, as one group.
-  __device__ __forceinline__ void LoadChunk(int32_t k, int lane,
+  __device__ __forceinline__ void LoadChunk(uint32_t k, uint32_t lane,
                                             MetaRing& ring) const {
-    const int32_t o = min(32 * k + lane, last + (lane >> 2));
-    const int s = k & (kRing - 1);
-    CpAsync4(&ring.id[s][lane], ids + o);
-    CpAsync4(&ring.scale[s][lane], scales + o);
+    const uint32_t o = min(32 * k + lane, last);
+    const uint32_t s = k & (kRing - 1);
+    CpAsync4(&ring.id[s][lane], ids + uint64_t{o});
+    CpAsync4(&ring.scale[s][lane], scales + uint64_t{o});
     CpAsyncCommit();
   }
-  __device__ __forceinline__ void LoadRaw(int32_t i, Raw<kNbits>& r) const {
-    int32_t o[2];
-    Rows(i, o);
+  __device__ __forceinline__ void LoadRaw(uint32_t i, Raw<kNbits>& r) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* src = bits + o[h] * kRowBytes;
+      const uint32_t o = min(16 * i + 8 * h, last_g);
+      const uint8_t* src = bits + (uint64_t{o} << kRowShift);
       if constexpr (kNbits == 2) {
         const uint2 v = __ldcs(reinterpret_cast<const uint2*>(src));
         r.bits[h][0] = v.x;
@@ -197,7 +195,8 @@ struct LaneRows {
                                             int32_t (&acc)[4][4]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int2* src = reinterpret_cast<const int2*>(units + id[h] * 32);
+      const int2* src = reinterpret_cast<const int2*>(
+          units + (uint64_t{static_cast<uint32_t>(id[h])} << 5));
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int2 a = __ldg(src + t);
@@ -444,11 +443,13 @@ struct WarpScan {
         static_cast<int32_t>(cuc.Get(j + 1, p.num_docs + 1) - p.row_base - ta);
     if (n > 0) {
       constexpr int kRowBytes = LaneRows<kNbits>::kRowBytes;
-      lr.bits = rows + (ta + g) * kRowBytes + c * (kRowBytes / 4);
+      const int32_t row_g = min(g, n - 1);
+      lr.bits = rows + (ta + row_g) * kRowBytes + c * (kRowBytes / 4);
       lr.units = units + c * 8;
       lr.ids = codes + ta;
       lr.scales = scales + ta;
-      lr.last = n - 1 - g;
+      lr.last = n - 1;
+      lr.last_g = n - 1 - row_g;
 #pragma unroll
       for (int k = 0; k < kAhead; ++k) lr.LoadChunk(k, lane, ring);
       lr.LoadRaw(0, raw[0]);

@@ -75,6 +75,12 @@ ABSL_FLAG(bool, gpu_serialize_scans, true,
           "another, each with its top-k, rather than interleaved (where a "
           "batch's top-k waits behind another batch's whole scan); staging "
           "and copies still overlap");
+ABSL_FLAG(bool, gpu_plaid_int8_mma, true,
+          "Score PLAID batches at d = 128 on the int8 tensor cores (residual "
+          "levels against quantised query rows); false: the float16 decode");
+ABSL_FLAG(bool, gpu_plaid_warp_scan, true,
+          "Scan resident PLAID corpora at 2 and 4 bits with the warp kernel "
+          "(residuals decoded in registers); false: the TMA kernel");
 ABSL_FLAG(int, grpc_max_threads, 0,
           "gRPC resource quota: most threads gRPC may use; 0 = gRPC default");
 ABSL_FLAG(int, rerank_queues, 0,
@@ -249,6 +255,8 @@ int main(int argc, char** argv) {
   o.shards_per_device = absl::GetFlag(FLAGS_shards_per_device);
   o.gpu_workers = absl::GetFlag(FLAGS_gpu_workers);
   o.gpu_serialize_scans = absl::GetFlag(FLAGS_gpu_serialize_scans);
+  o.gpu_plaid_int8_mma = absl::GetFlag(FLAGS_gpu_plaid_int8_mma);
+  o.gpu_plaid_warp_scan = absl::GetFlag(FLAGS_gpu_plaid_warp_scan);
   if (o.shards_per_device < 1 || o.shards_per_device > 64) {
     return Fail("--shards_per_device must be in [1, 64]");
   }

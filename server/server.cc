@@ -224,6 +224,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
         g.stream_buffer_bytes = options.stream_buffer_bytes;
         g.pinned_budget_bytes = options.pinned_budget_bytes;
         g.serialize_scans = options.gpu_serialize_scans;
+        g.plaid_int8_mma = options.gpu_plaid_int8_mma;
+        g.plaid_warp_scan = options.gpu_plaid_warp_scan;
         absl::StatusOr<std::unique_ptr<Backend>> gpu = GpuBackend::Create(g);
         if (gpu.ok()) {
           shards.push_back(*std::move(gpu));

@@ -83,6 +83,10 @@ struct ServerOptions {
   // Scans of concurrent batches run their kernels one batch after another
   // (GpuBackendOptions::serialize_scans).
   bool gpu_serialize_scans = true;
+  // PLAID kernel choices (GpuBackendOptions::plaid_int8_mma,
+  // plaid_warp_scan): on by default, off to fall back to the older kernel.
+  bool gpu_plaid_int8_mma = true;
+  bool gpu_plaid_warp_scan = true;
   int cpu_threads = 0;  // CPU backend threads; 0 = one per core
   // Most corpus bytes each backend shard keeps (0: as much as fits).
   int64_t corpus_budget_bytes = 0;
