@@ -152,7 +152,6 @@ struct MetaRing {
 template <int kNbits>
 struct LaneRows {
   static constexpr int kRowBytes = kDim * kNbits / 8;
-  static constexpr int kRowShift = kNbits == 2 ? 5 : 6;  // log2(kRowBytes)
   const uint8_t* bits;
   const int32_t* ids;
   const float* scales;
@@ -173,7 +172,7 @@ struct LaneRows {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t o = min(16 * i + 8 * h, last_g);
-      const uint8_t* src = bits + (uint64_t{o} << kRowShift);
+      const uint8_t* src = bits + uint64_t{o} * kRowBytes;
       if constexpr (kNbits == 2) {
         const uint2 v = __ldcs(reinterpret_cast<const uint2*>(src));
         r.bits[h][0] = v.x;
@@ -196,7 +195,7 @@ struct LaneRows {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int2* src = reinterpret_cast<const int2*>(
-          units + (uint64_t{static_cast<uint32_t>(id[h])} << 5));
+          units + uint64_t{static_cast<uint32_t>(id[h])} * kTileRows);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const int2 a = __ldg(src + t);
