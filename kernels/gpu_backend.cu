@@ -355,6 +355,16 @@ int32_t* PlaidUnits(const Worker& w, const PlaidMmaPlan& plan) {
                                     plan.units_offset);
 }
 
+// The tiles' largest |value| of an int16 table in row-factor units
+// (PlaidUnitsInt16), after the tables (PlaidUnitsTableBytes), else null.
+float* PlaidUnitsMax(const Worker& w, const PlaidMmaPlan& plan, int64_t tiles,
+                     int64_t num_centroids, int nbits) {
+  int32_t* units = PlaidUnits(w, plan);
+  if (units == nullptr || !PlaidUnitsInt16(nbits)) return nullptr;
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(units) +
+                                  tiles * num_centroids * 128);
+}
+
 class GpuBackendImpl final : public Backend {
  public:
   explicit GpuBackendImpl(const GpuBackendOptions& options)
@@ -1324,12 +1334,14 @@ absl::Status GpuBackendImpl::RunSearch(
   MAXSIMD_CUDA_CHECK(cudaEventRecord(w.staged, stream));
   if (plaid_mma.on) {
     const PlaidTablesView& codec = p.segments[0].resident.plaid;
+    float* units_max = PlaidUnitsMax(w, plaid_mma, tma.tiles,
+                                     codec.num_centroids, PlaidNbits(dtype));
     MAXSIMD_RETURN_IF_ERROR(LaunchPlaidQueryCentroids(
         reinterpret_cast<const uint16_t*>(w.dev_in + cap.query +
                                           plaid_mma.rows_offset),
         tma.tiles, dim, codec.centroids, codec.num_centroids, w.plaid_table,
         stream, reinterpret_cast<const float*>(w.dev_in + cap.q_scales),
-        PlaidUnits(w, plaid_mma)));
+        PlaidUnits(w, plaid_mma), units_max != nullptr, units_max));
   }
   const void* dev_query = w.dev_in + cap.query;
   const int32_t* dev_row_query =
@@ -1365,6 +1377,8 @@ absl::Status GpuBackendImpl::RunSearch(
       if (plaid_mma.on) {
         t.plaid_qc = w.plaid_table;
         t.plaid_units = PlaidUnits(w, plaid_mma);
+        t.plaid_units_max = PlaidUnitsMax(
+            w, plaid_mma, tma.tiles, codec.num_centroids, PlaidNbits(dtype));
         std::copy(std::begin(plaid_mma.levels), std::end(plaid_mma.levels),
                   std::begin(t.plaid_levels));
       }

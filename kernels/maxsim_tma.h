@@ -71,9 +71,25 @@ inline int64_t PlaidQcTableBytes(int64_t tiles, int64_t num_centroids) {
   return tiles * num_centroids * 64;
 }
 // Bytes of the same table in units of each row's factor
-// (TmaLaunchParams::plaid_units), for PLAID scans (LaunchPlaidScan).
+// (TmaLaunchParams::plaid_units), for PLAID scans (LaunchPlaidScan): each
+// tile's table in a region of 128 bytes per centroid, then one float per
+// tile (the largest |value| of its int16 form, PlaidUnitsInt16).
 inline int64_t PlaidUnitsTableBytes(int64_t tiles, int64_t num_centroids) {
-  return tiles * num_centroids * 128;
+  return tiles * num_centroids * 128 + (tiles * 4 + 15) / 16 * 16;
+}
+// Whether the scan's table at `nbits` is int16 (a row of 32 values in 64
+// bytes, in units of 2^s row factors, s the tile's PlaidUnitsShift) rather
+// than int32. At 2 bits the scan waits on the table's loads, and half the
+// bytes, loaded two tiles ahead, pay for the widening; at 4 bits it is
+// bound by the decode's ALU work and the widening did not pay (NOTES s13).
+constexpr bool PlaidUnitsInt16(int nbits) { return nbits == 2; }
+// The shift s of a tile's int16 table whose int32 values are at most
+// max_abs in magnitude (at most 2^30): the smallest that brings max_abs
+// within int16, so that round(x / 2^s) is within 2^(s - 1) of x.
+constexpr int PlaidUnitsShift(float max_abs) {
+  int s = 0;
+  while (s < 15 && max_abs > 32767.f * static_cast<float>(1 << s)) ++s;
+  return s;
 }
 
 // Elements per staged query row: dim rounded up to 64 (one 128-byte
@@ -176,9 +192,12 @@ struct TmaLaunchParams {
   int8_t plaid_levels[16] = {};
   // PlaidMma scans at 2 and 4 bits (PlaidScanApplies), which take
   // LaunchPlaidScan: the table above in units of each row's factor,
-  // [tiles][num_centroids][32] int32 (LaunchPlaidQueryCentroids' `units`),
-  // and the packed residual rows of map slot map_slot, device memory.
+  // [tiles][num_centroids][32] int32 or, where PlaidUnitsInt16, int16 in
+  // the first half of each tile's region (LaunchPlaidQueryCentroids'
+  // `units`) with the tiles' largest |values| in plaid_units_max, and the
+  // packed residual rows of map slot map_slot, device memory.
   const int32_t* plaid_units = nullptr;
+  const float* plaid_units_max = nullptr;
   const void* plaid_rows = nullptr;
   // Int8 corpora with quantised queries: the scale of every staged query
   // row (padding rows 1); null otherwise. A row's maxima are multiplied by
@@ -225,6 +244,7 @@ inline bool PlaidScanApplies(const TmaLaunchParams& p) {
   const int nbits = PlaidNbits(p.dtype);
   return p.records == nullptr && (nbits == 2 || nbits == 4) && p.dim == 128 &&
          p.warpgroups == 1 && p.num_tiles == 1 && p.plaid_units != nullptr &&
+         (!PlaidUnitsInt16(nbits) || p.plaid_units_max != nullptr) &&
          p.plaid_rows != nullptr && p.codes != nullptr && p.scales != nullptr &&
          p.q_scales != nullptr;
 }
@@ -241,18 +261,20 @@ absl::Status LaunchPlaidScan(const TmaLaunchParams& params,
 // centroids: [num_centroids, dim] fp32, device memory; table:
 // PlaidQcTableBytes(tiles, num_centroids) bytes. When `units` is not
 // null, it gets the same table in units of each row's factor
-// (PlaidUnitsTableBytes): for tile t, centroid k and row r, the int32 at
-// [t][k][(r % 8 / 2) * 8 + (r / 8) * 2 + r % 2] (a lane's eight columns of
-// the mma.sync accumulator together) is round(float16 dot / factor), the
-// factor q_factors[32 t + r] (0 where the factor is not positive),
-// clamped to +-2^30.
+// (PlaidUnitsTableBytes): for tile t, centroid k and row r, the value
+// x = round(float16 dot / factor), the factor q_factors[32 t + r] (0 where
+// the factor is not positive), clamped to +-2^30. Where units_int16 is
+// false, the int32 at [t][k][r] (int32 elements); where it is true, the
+// int16 round(x / 2^s), s = PlaidUnitsShift(units_max[t]) with units_max[t]
+// the tile's largest |x| (written here), at int16 element
+// 64 t num_centroids + 32 k + 8 (r % 8 / 2) + 2 (r / 8) + r % 2 (a lane's
+// eight columns of the mma.sync accumulator together), in two passes.
 // REQUIRES: dim a multiple of 4, at most 256.
-absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
-                                       int32_t dim, const float* centroids,
-                                       int64_t num_centroids, uint32_t* table,
-                                       cudaStream_t stream,
-                                       const float* q_factors = nullptr,
-                                       int32_t* units = nullptr);
+absl::Status LaunchPlaidQueryCentroids(
+    const uint16_t* rows, int64_t tiles, int32_t dim, const float* centroids,
+    int64_t num_centroids, uint32_t* table, cudaStream_t stream,
+    const float* q_factors = nullptr, int32_t* units = nullptr,
+    bool units_int16 = false, float* units_max = nullptr);
 
 }  // namespace maxsimd
 

@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "kernels/half.h"
 #include "kernels/maxsim_reference.h"
+#include "kernels/maxsim_tma.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 #include "kernels/topk.h"
@@ -131,7 +132,7 @@ HostSegment DecodedLikeTheKernel(const PlaidSegment& s, int64_t base_index) {
 }
 
 PlaidCorpus MakeCorpus(Backend& backend, std::mt19937_64& rng, int32_t dim,
-                       int nbits) {
+                       int nbits, float weight_scale = 1.f) {
   PlaidCorpus c;
   const std::pair<int, int> lens[] = {{0, 40}, {0, 1}, {257, 520}};
   for (int s = 0; s < 3; ++s) {
@@ -141,6 +142,11 @@ PlaidCorpus MakeCorpus(Backend& backend, std::mt19937_64& rng, int32_t dim,
     if (s == 0) doc_lens[3] = 0;
     c.host.push_back(MakePlaidSegment(dim, nbits, kCentroids, doc_lens,
                                       static_cast<uint32_t>(rng())));
+    if (s == 0 && weight_scale != 1.f) {
+      for (float& w : c.host[0].bucket_weights) w *= weight_scale;
+      const PlaidSegment codec = c.host[0];
+      ShareCodec(c.host[0], codec, /*normalize=*/true);
+    }
     if (s > 0) ShareCodec(c.host[s], c.host[0], /*normalize=*/s != 1);
   }
   for (const DocRef& r : kDeleted) c.host[r.segment].Delete(r.doc);
@@ -238,7 +244,10 @@ bool UsesPlaidMma(const GpuBackendOptions& options, const Batch& batch,
 // values; per cell, the float16 rounding of the row's fp32 dot with the
 // token's fp32 centroid (summed in the kernel's order), plus the row factor
 // times the integer dot of codes and levels, times the token's scale, in
-// fp32 as the kernel computes it. Maxima summed in fp64.
+// fp32 as the kernel computes it. Maxima summed in fp64. (The scan kernel
+// holds the float16 dot in whole row factors, at 2 bits in units of 2^s
+// of them (LargestTableShift): a cell within 2^(s - 1) + 1/2 factors of
+// this one, far inside kTol.)
 std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
   const SearchParams p = batch.Params();
   return ReferenceSearchWith(
@@ -472,6 +481,83 @@ TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
       ExpectPlaidSearch(*backend, batch, nbits, corpus, options);
     }
   }
+}
+
+// The shift of the int16 form of the scan's table (PlaidUnitsShift) for
+// the query rows of `batch` against the centroids of `corpus`: the
+// largest |dot| over the row's factor, the dot in fp64 (the kernel's is in
+// fp32, rounded to float16: the same but for its last bits).
+int LargestTableShift(const Batch& batch, const PlaidCorpus& corpus,
+                      int nbits) {
+  const PlaidSegment& codec = corpus.host[0];
+  int8_t levels[16];
+  const float step = PlaidLevels(codec.bucket_weights.data(), nbits, levels);
+  const int32_t dim = batch.dim;
+  std::vector<int8_t> codes(static_cast<size_t>(dim));
+  double largest = 0.0;
+  for (size_t i = 0; i * dim < batch.tokens.size(); ++i) {
+    const float* row = batch.tokens.data() + i * dim;
+    const float scale = QuantizeInt8Row(row, dim, codes.data());
+    const double factor = double{scale > 0.f ? scale : 1.f} * step;
+    for (size_t k = 0; k * dim < codec.centroids.size(); ++k) {
+      double dot = 0.0;
+      for (int32_t d = 0; d < dim; ++d) {
+        dot += double{HalfToFloat(FloatToHalf(row[d]))} *
+               codec.centroids[k * dim + d];
+      }
+      largest = std::max(largest, std::fabs(dot) / factor);
+    }
+  }
+  return PlaidUnitsShift(static_cast<float>(largest));
+}
+
+// The int16 form of the scan's table (2 bits, maxsim_tma.h PlaidUnitsInt16)
+// holds round(x / 2^s) with s the smallest shift that fits the tile's
+// largest |x| in int16.
+TEST(GpuPlaidTest, ScanTableShiftIsTheSmallestThatFitsInt16) {
+  EXPECT_TRUE(PlaidUnitsInt16(2));
+  EXPECT_FALSE(PlaidUnitsInt16(4));
+  const float cases[] = {0.f,     1.f,       32767.f,     32768.f,     65534.f,
+                         65535.f, 1048579.f, 536870912.f, 1073709056.f};
+  for (float x : cases) {
+    SCOPED_TRACE(::testing::Message() << "largest |x| " << x);
+    const int s = PlaidUnitsShift(x);
+    EXPECT_GE(s, 0);
+    EXPECT_LE(s, 15);
+    EXPECT_LE(std::rint(x / std::ldexp(1.f, s)), 32767.f);
+    if (s > 0) {
+      EXPECT_GT(std::rint(x / std::ldexp(1.f, s - 1)), 32767.f);
+    }
+  }
+  EXPECT_EQ(PlaidUnitsShift(32767.f), 0);
+  EXPECT_EQ(PlaidUnitsShift(32768.f), 1);
+}
+
+// Bucket weights a hundredth of the usual: the levels' step, and with it
+// every row factor, shrinks a hundredfold, so the scan's table in factor
+// units is a hundred times larger and its int16 form takes a shift of 8
+// or more (that of the usual corpora is checked to be smaller). The scan
+// at both widths against the oracles, on one query of 32 rows and on two
+// in a tile.
+TEST(GpuPlaidTest, ScanTableOfLargeUnitsKeepsItsPrecision) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  Backend& backend = SharedGpuBackend();
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  for (int nbits : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
+    const PlaidCorpus corpus = MakeCorpus(backend, rng, 128, nbits, 0.01f);
+    Batch two;
+    two.dim = 128;
+    two.refs = corpus.Refs();
+    two.AddQuery(RandomQuery(rng, 16, 128), 50);
+    two.AddQuery(RandomQuery(rng, 12, 128), 7);
+    for (const Batch& batch : {ScanBatch(rng, corpus, 128, true), two}) {
+      EXPECT_GE(LargestTableShift(batch, corpus, nbits), 8);
+      ExpectPlaidSearch(backend, batch, nbits, corpus);
+    }
+  }
+  const PlaidCorpus usual = MakeCorpus(backend, rng, 128, 2);
+  EXPECT_LT(LargestTableShift(ScanBatch(rng, usual, 128, true), usual, 2), 8);
 }
 
 // Two queries of 16 rows in one scan tile, and reranks of several queries
