@@ -340,7 +340,8 @@ struct PlaidMmaPlan {
   bool on = false;
   int64_t rows_offset = 0;   // the float16 rows, after the int8 codes
   int64_t staged_bytes = 0;  // both, in the query region
-  float step = 1.f;          // PlaidLevels
+  float step = 1.f;          // PlaidMmaLevels
+  float offset = 0.f;
   int8_t levels[16] = {};
   // A scan at 2 or 4 bits on the warp kernel (plaid_warp_scan): the table
   // in row-factor units follows the float16 one, at this offset.
@@ -1102,8 +1103,9 @@ absl::Status GpuBackendImpl::RunSearch(
       plaid_mma.units_offset = qc_bytes;
       plaid_mma.rows_offset = codes;
       plaid_mma.staged_bytes = staged;
-      plaid_mma.step = PlaidLevels(p.segments[0].host.plaid.bucket_weights,
-                                   PlaidNbits(dtype), plaid_mma.levels);
+      plaid_mma.step = PlaidMmaLevels(p.segments[0].host.plaid.bucket_weights,
+                                      PlaidNbits(dtype), plaid_mma.levels,
+                                      &plaid_mma.offset);
     }
   }
   const bool q_scaled = (int8 && p.quantize_queries) || plaid_mma.on;
@@ -1339,8 +1341,9 @@ absl::Status GpuBackendImpl::RunSearch(
     MAXSIMD_RETURN_IF_ERROR(LaunchPlaidQueryCentroids(
         reinterpret_cast<const uint16_t*>(w.dev_in + cap.query +
                                           plaid_mma.rows_offset),
-        tma.tiles, dim, codec.centroids, codec.num_centroids, w.plaid_table,
-        stream, reinterpret_cast<const float*>(w.dev_in + cap.q_scales),
+        tma.tiles, dim, codec.centroids, codec.num_centroids, plaid_mma.offset,
+        w.plaid_table, stream,
+        reinterpret_cast<const float*>(w.dev_in + cap.q_scales),
         PlaidUnits(w, plaid_mma), units_max != nullptr, units_max));
   }
   const void* dev_query = w.dev_in + cap.query;

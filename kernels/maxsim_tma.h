@@ -186,8 +186,9 @@ struct TmaLaunchParams {
   // plaid_qc is set): the table of every staged query row against every
   // centroid, [tiles][num_centroids][16] float16 pairs, pair 8w + g holding
   // tile rows 16w + g and 16w + g + 8 (LaunchPlaidQueryCentroids), and the
-  // int8 level of each bucket (PlaidLevels); q_scales then holds each
-  // row's factor, its int8 scale times the levels' step.
+  // int8 level of each bucket (PlaidMmaLevels: at 4 bits all in [0, 127],
+  // their offset times each row's sum in the table); q_scales then holds
+  // each row's factor, its int8 scale times the levels' step.
   const uint32_t* plaid_qc = nullptr;
   int8_t plaid_levels[16] = {};
   // PlaidMma scans at 2 and 4 bits (PlaidScanApplies), which take
@@ -256,7 +257,9 @@ absl::Status LaunchPlaidScan(const TmaLaunchParams& params,
 
 // The PlaidMma query-centroid table (TmaLaunchParams::plaid_qc): for tile
 // t, centroid k and row pair 8w + g, the float16 pair (row 16w + g, row
-// 16w + g + 8) of q_row . centroids[k], summed in fp32 and rounded once.
+// 16w + g + 8) of q_row . centroids[k] + offset * (the sum of q_row),
+// summed in fp32 (the row's sum in order, then added by one fma) and
+// rounded once. offset: the levels' (PlaidMmaLevels), 0 below 4 bits.
 // rows: float16 query rows [tiles * 32, dim], row-major, device memory;
 // centroids: [num_centroids, dim] fp32, device memory; table:
 // PlaidQcTableBytes(tiles, num_centroids) bytes. When `units` is not
@@ -272,7 +275,7 @@ absl::Status LaunchPlaidScan(const TmaLaunchParams& params,
 // REQUIRES: dim a multiple of 4, at most 256.
 absl::Status LaunchPlaidQueryCentroids(
     const uint16_t* rows, int64_t tiles, int32_t dim, const float* centroids,
-    int64_t num_centroids, uint32_t* table, cudaStream_t stream,
+    int64_t num_centroids, float offset, uint32_t* table, cudaStream_t stream,
     const float* q_factors = nullptr, int32_t* units = nullptr,
     bool units_int16 = false, float* units_max = nullptr);
 

@@ -44,6 +44,32 @@ float PlaidLevels(const float* bucket_weights, int nbits, int8_t* levels) {
   return step;
 }
 
+float PlaidOffsetLevels(const float* bucket_weights, int nbits, int8_t* levels,
+                        float* offset) {
+  const int n = 1 << nbits;
+  float least = bucket_weights[0], most = bucket_weights[0];
+  for (int b = 1; b < n; ++b) {
+    least = std::min(least, bucket_weights[b]);
+    most = std::max(most, bucket_weights[b]);
+  }
+  const float step = most > least ? (most - least) / 127.f : 1.f;
+  for (int b = 0; b < n; ++b) {
+    const float level = std::nearbyint((bucket_weights[b] - least) / step);
+    levels[b] = static_cast<int8_t>(std::clamp(level, 0.f, 127.f));
+  }
+  *offset = least;
+  return step;
+}
+
+float PlaidMmaLevels(const float* bucket_weights, int nbits, int8_t* levels,
+                     float* offset) {
+  if (nbits == 4) {
+    return PlaidOffsetLevels(bucket_weights, nbits, levels, offset);
+  }
+  *offset = 0.f;
+  return PlaidLevels(bucket_weights, nbits, levels);
+}
+
 float PlaidInverseNorm(const float* v, int32_t dim) {
   double sq = 0;
   for (int32_t k = 0; k < dim; ++k) sq += static_cast<double>(v[k]) * v[k];

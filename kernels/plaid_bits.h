@@ -63,6 +63,24 @@ class PlaidRowDecoder {
 // 1 << nbits levels.
 float PlaidLevels(const float* bucket_weights, int nbits, int8_t* levels);
 
+// Levels that are all in [0, 127], over the weights' own range: levels[b]
+// = round((bucket_weights[b] - offset) / step) with offset = the least
+// weight and step = (the largest - offset) / 127 (1 when every weight is
+// the same), so that offset + levels[b] * step is within step / 2 of the
+// weight. The PLAID scan at 4 bits needs them (kernels/plaid_scan.cu: a
+// byte permute in sign mode then reads 0 for the other half of the
+// table); a residual's term is the levels' dot plus offset times the
+// query row's sum. Returns step; writes 1 << nbits levels and *offset.
+float PlaidOffsetLevels(const float* bucket_weights, int nbits, int8_t* levels,
+                        float* offset);
+
+// The levels the GPU's int8 MMA path (kernels/maxsim_tma.h, PlaidMma and
+// the PLAID scan) scores residuals with at `nbits`: PlaidOffsetLevels at 4
+// bits, PlaidLevels (offset 0) below. Returns step; writes 1 << nbits
+// levels and *offset.
+float PlaidMmaLevels(const float* bucket_weights, int nbits, int8_t* levels,
+                     float* offset);
+
 // The scale a PLAID token of decoded values v[dim] gets in a corpus that
 // L2-normalises: 1 / max(||v||_2, 1e-12), the norm summed in fp64 and
 // rounded to fp32 (as the importer normalises). Without normalisation the scale

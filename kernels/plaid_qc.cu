@@ -29,15 +29,22 @@ enum class QcPass {
 template <QcPass kPass>
 __global__ void __launch_bounds__(kThreads)
     PlaidQcKernel(const __half* rows, int32_t dim, const float* centroids,
-                  int64_t num_centroids, uint32_t* table,
+                  int64_t num_centroids, float offset, uint32_t* table,
                   const float* q_factors, int32_t* units, float* units_max) {
   extern __shared__ float
       q[];  // [kRows][dim + 4]: rows 16 bytes apart in banks
+  __shared__ float row_sum[kRows];
   const int stride = dim + 4;
   const int64_t tile = blockIdx.y;
   const __half* src = rows + tile * kRows * dim;
   for (int i = threadIdx.x; i < kRows * dim; i += kThreads) {
     q[(i / dim) * stride + i % dim] = __half2float(src[i]);
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    float sum = 0.f;
+    for (int d = 0; d < dim; ++d) sum += q[threadIdx.x * stride + d];
+    row_sum[threadIdx.x] = sum;
   }
   __syncthreads();
   const int64_t k = int64_t{blockIdx.x} * kCentroidsPerBlock + threadIdx.x / 4;
@@ -63,6 +70,16 @@ __global__ void __launch_bounds__(kThreads)
           s = fmaf(a.w, cv.w, s);
         }
       }
+    }
+  }
+  // The levels' offset times the row's sum (PlaidOffsetLevels).
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const int pair = j + 4 * m;
+    const int r0 = 16 * (pair / 8) + pair % 8;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      acc[2 * m + h] = fmaf(offset, row_sum[r0 + 8 * h], acc[2 * m + h]);
     }
   }
   const int shift =
@@ -113,8 +130,8 @@ __global__ void __launch_bounds__(kThreads)
 
 absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
                                        int32_t dim, const float* centroids,
-                                       int64_t num_centroids, uint32_t* table,
-                                       cudaStream_t stream,
+                                       int64_t num_centroids, float offset,
+                                       uint32_t* table, cudaStream_t stream,
                                        const float* q_factors, int32_t* units,
                                        bool units_int16, float* units_max) {
   if (dim % 4 != 0 || dim <= 0 || dim > 256 || tiles < 0 || tiles > 65535 ||
@@ -138,8 +155,9 @@ absl::Status LaunchPlaidQueryCentroids(const uint16_t* rows, int64_t tiles,
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
           static_cast<int>(smem)));
     }
-    kernel<<<grid, kThreads, smem, stream>>>(
-        q, dim, centroids, num_centroids, table, q_factors, units, units_max);
+    kernel<<<grid, kThreads, smem, stream>>>(q, dim, centroids, num_centroids,
+                                             offset, table, q_factors, units,
+                                             units_max);
     MAXSIMD_CUDA_CHECK_LAUNCH();
     return absl::OkStatus();
   };

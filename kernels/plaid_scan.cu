@@ -12,7 +12,8 @@
 //     to (DimOf).
 //   - The residual bits become int8 levels by byte permutes (PRMT) from a
 //     level table held in registers: at 2 bits, 16 values cost 9
-//     instructions; at 4 bits, 8 values cost 13.
+//     instructions; at 4 bits, 8 values cost 9, the levels all being
+//     non-negative (PlaidMmaLevels) so that a permute in sign mode reads 0.
 //   - The centroid term enters as the MMA's initial accumulator: the
 //     table of each query row against each centroid, in units of the row's
 //     factor (LaunchPlaidQueryCentroids' `units`), read through L2 for the
@@ -37,6 +38,7 @@
 // PRMT, and made every tile's branch wait for a load).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -139,9 +141,15 @@ __device__ __forceinline__ uint32_t And(uint32_t x) {
   asm("and.b32 %0, %1, %2;" : "=r"(r) : "r"(x), "n"(kMask));
   return r;
 }
-// PRMT in PTX's own form, whose selector nibbles' top bit is the sign mode:
-// CUDA's __byte_perm ignores that bit and compiles to an AND of 0x7777
-// before every PRMT. Every selector here has that bit clear.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t Xor(uint32_t x) {
+  uint32_t r;
+  asm("xor.b32 %0, %1, %2;" : "=r"(r) : "r"(x), "n"(kMask));
+  return r;
+}
+// PRMT in PTX's own form, whose selector nibbles' top bit is the sign mode
+// (the selected byte's top bit, replicated): CUDA's __byte_perm ignores
+// that bit and compiles to an AND of 0x7777 before every PRMT.
 __device__ __forceinline__ uint32_t Prmt(uint32_t x, uint32_t y, uint32_t s) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(s));
@@ -165,19 +173,21 @@ __device__ __forceinline__ void Decode(const LevelRegs<2>& L, uint32_t w,
   out[2] = Prmt(L.t[0], 0u, o);
   out[3] = Prmt(L.t[0], 0u, Shr<16>(o));
 }
+// At 4 bits every level is in [0, 127] (PlaidMmaLevels). A raw group's
+// bits are a PRMT selector as they are: its low three bits pick a level
+// of the table's half, and its top bit (the half) sets the sign mode, in
+// which a level's sign, 0, comes out. So each half of the table gives its
+// levels where the group is its and 0 where it is the other's, and their
+// OR is the level: 9 instructions per 8 values (13 with a mask of the
+// groups' top bits to blend the halves by).
 __device__ __forceinline__ void Decode(const LevelRegs<4>& L, uint32_t w,
                                        uint32_t* out) {
-  // Levels of the low three bits from both halves of the table, and a byte
-  // mask of the nibbles whose top bit is set (selector 4: 0xff; 0: 0).
-  const uint32_t sel = And<0x77777777u>(w);
-  const uint32_t top = And<0x44444444u>(Shr<1>(w));
+  const uint32_t x = Xor<0x88888888u>(w);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const uint32_t s = h == 0 ? sel : Shr<16>(sel);
-    const uint32_t lo = Prmt(L.t[0], L.t[1], s);
-    const uint32_t hi = Prmt(L.t[2], L.t[3], s);
-    const uint32_t m = Prmt(0u, 0xffffffffu, h == 0 ? top : Shr<16>(top));
-    out[h] = (lo & ~m) | (hi & m);
+    const uint32_t s = h == 0 ? w : Shr<16>(w);
+    const uint32_t sx = h == 0 ? x : Shr<16>(x);
+    out[h] = Prmt(L.t[0], L.t[1], s) | Prmt(L.t[2], L.t[3], sx);
   }
 }
 
@@ -703,6 +713,13 @@ absl::Status LaunchPlaidScan(const TmaLaunchParams& p, cudaStream_t stream) {
         " tiles; it takes scans at d = 128, 2 or 4 bits, one tile, with "
         "plaid_rows, plaid_units (at 2 bits, plaid_units_max), codes, scales "
         "and q_scales"));
+  }
+  if (nbits == 4 &&
+      std::any_of(std::begin(p.plaid_levels), std::end(p.plaid_levels),
+                  [](int8_t level) { return level < 0; })) {
+    return absl::InvalidArgumentError(
+        "LaunchPlaidScan: a 4-bit launch with a negative level; it takes "
+        "levels in [0, 127] (PlaidMmaLevels)");
   }
   if (p.num_docs <= 0) return absl::OkStatus();
   int device = 0, sm_count = 0;

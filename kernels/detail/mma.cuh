@@ -55,7 +55,7 @@ struct Plaid {
 // query tile per block): each cell is split as q . (C[id] + r) = (q . C)[id]
 // + q . r. The first term comes from a table of every query row against
 // every centroid (float16, computed per launch); the residuals r are
-// widened to their int8 levels (PlaidLevels) in shared memory and scored
+// widened to their int8 levels (PlaidMmaLevels) in shared memory and scored
 // against the quantised query rows on the int8 MMA.
 template <int kNbits_>
 struct PlaidMma {

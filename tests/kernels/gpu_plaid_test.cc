@@ -240,9 +240,10 @@ bool UsesPlaidMma(const GpuBackendOptions& options, const Batch& batch,
 
 // The oracle of the int8 MMA path with the kernel's roundings: per query
 // row, its int8 codes and scale (QuantizeInt8Row), the row factor = scale
-// (1 for a zero row) times the levels' step (PlaidLevels), and its float16
-// values; per cell, the float16 rounding of the row's fp32 dot with the
-// token's fp32 centroid (summed in the kernel's order), plus the row factor
+// (1 for a zero row) times the levels' step (PlaidMmaLevels), and its
+// float16 values; per cell, the float16 rounding of the row's fp32 dot
+// with the token's fp32 centroid (summed in the kernel's order) plus the
+// levels' offset times the row's sum (in order), plus the row factor
 // times the integer dot of codes and levels, times the token's scale, in
 // fp32 as the kernel computes it. Maxima summed in fp64. (The scan kernel
 // holds the float16 dot in whole row factors, at 2 bits in units of 2^s
@@ -255,7 +256,9 @@ std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
         const int32_t dim = seg.dim;
         const int nbits = PlaidNbits(seg.dtype);
         int8_t levels[16];
-        const float step = PlaidLevels(seg.plaid.bucket_weights, nbits, levels);
+        float offset = 0.f;
+        const float step =
+            PlaidMmaLevels(seg.plaid.bucket_weights, nbits, levels, &offset);
         const int64_t lq = p.query_offsets[q + 1] - p.query_offsets[q];
         const int64_t t0 = seg.cu_seqlens[doc], t1 = seg.cu_seqlens[doc + 1];
         if (lq == 0) return 0.0;
@@ -268,14 +271,17 @@ std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
           const float* row = p.query_tokens + (p.query_offsets[q] + i) * dim;
           const float scale = QuantizeInt8Row(row, dim, codes.data());
           const float factor = (scale > 0.f ? scale : 1.f) * step;
-          for (int32_t d = 0; d < dim; ++d)
+          float row_sum = 0.f;
+          for (int32_t d = 0; d < dim; ++d) {
             q16[d] = HalfToFloat(FloatToHalf(row[d]));
+            row_sum += q16[d];
+          }
           float best = -std::numeric_limits<float>::infinity();
           for (int64_t t = t0; t < t1; ++t) {
             const float* c = seg.plaid.centroids + int64_t{seg.codes[t]} * dim;
             float qc = 0.f;
             for (int32_t d = 0; d < dim; ++d) qc = std::fmaf(q16[d], c[d], qc);
-            qc = HalfToFloat(FloatToHalf(qc));
+            qc = HalfToFloat(FloatToHalf(std::fmaf(offset, row_sum, qc)));
             const uint8_t* res =
                 static_cast<const uint8_t*>(seg.tokens) + t * row_bytes;
             int32_t dot = 0;
@@ -295,19 +301,23 @@ std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
 // How far the int8 MMA path may lie from the exact PLAID score of query q
 // (absolute; every segment shares the codec of segment 0): per row, the
 // cell error is at most max scale * (the query's int8 rounding against
-// the largest |weight| + the levels' rounding (step / 2) against the
-// quantised query + the float16 rounding of the query against the largest
-// |centroid value| + the table's float16 rounding), and a max or a sum of
-// cells errs by no more than its terms.
+// the largest |weight - the levels' offset| + the levels' rounding
+// (step / 2) against the quantised query + the float16 rounding of the
+// query against the largest |centroid value| and |offset| + the table's
+// float16 rounding), and a max or a sum of cells errs by no more than its
+// terms.
 double PlaidMmaErrorBound(const Batch& batch, int32_t q) {
   const SegmentView& seg = batch.refs[0].host;
   const int32_t dim = seg.dim;
   const int nbits = PlaidNbits(seg.dtype);
   int8_t levels[16];
-  const float step = PlaidLevels(seg.plaid.bucket_weights, nbits, levels);
+  float offset = 0.f;
+  const float step =
+      PlaidMmaLevels(seg.plaid.bucket_weights, nbits, levels, &offset);
   double w_max = 0.0, c_max = 0.0, sc_max = 0.0;
   for (int b = 0; b < (1 << nbits); ++b) {
-    w_max = std::max(w_max, std::fabs(double{seg.plaid.bucket_weights[b]}));
+    w_max = std::max(w_max,
+                     std::fabs(double{seg.plaid.bucket_weights[b]} - offset));
   }
   for (int64_t i = 0; i < seg.plaid.num_centroids * dim; ++i) {
     c_max = std::max(c_max, std::fabs(double{seg.plaid.centroids[i]}));
@@ -330,8 +340,9 @@ double PlaidMmaErrorBound(const Batch& batch, int32_t q) {
       q_abs += std::fabs(x);
     }
     // The float16 query (relative 2^-11) and the float16 table value
-    // (|q . c| <= q_abs * c_max, relative 2^-11).
-    e += 2 * half_ulp * q_abs * c_max * 1.01;
+    // (|q . c + offset * sum(q)| <= q_abs * (c_max + |offset|), relative
+    // 2^-11).
+    e += 2 * half_ulp * q_abs * (c_max + std::fabs(offset)) * 1.01;
     bound += sc_max * e;
   }
   return bound;
@@ -485,13 +496,16 @@ TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
 
 // The shift of the int16 form of the scan's table (PlaidUnitsShift) for
 // the query rows of `batch` against the centroids of `corpus`: the
-// largest |dot| over the row's factor, the dot in fp64 (the kernel's is in
-// fp32, rounded to float16: the same but for its last bits).
+// largest |dot + offset * sum| over the row's factor, in fp64 (the
+// kernel's is in fp32, rounded to float16: the same but for its last
+// bits).
 int LargestTableShift(const Batch& batch, const PlaidCorpus& corpus,
                       int nbits) {
   const PlaidSegment& codec = corpus.host[0];
   int8_t levels[16];
-  const float step = PlaidLevels(codec.bucket_weights.data(), nbits, levels);
+  float offset = 0.f;
+  const float step =
+      PlaidMmaLevels(codec.bucket_weights.data(), nbits, levels, &offset);
   const int32_t dim = batch.dim;
   std::vector<int8_t> codes(static_cast<size_t>(dim));
   double largest = 0.0;
@@ -503,7 +517,7 @@ int LargestTableShift(const Batch& batch, const PlaidCorpus& corpus,
       double dot = 0.0;
       for (int32_t d = 0; d < dim; ++d) {
         dot += double{HalfToFloat(FloatToHalf(row[d]))} *
-               codec.centroids[k * dim + d];
+               (codec.centroids[k * dim + d] + double{offset});
       }
       largest = std::max(largest, std::fabs(dot) / factor);
     }

@@ -393,6 +393,55 @@ TEST(CpuBackendTest, PlaidLevelsStayWithinHalfAStep) {
   EXPECT_EQ(zero_levels[1], 0);
 }
 
+// PlaidOffsetLevels (the int8 MMA path's levels at 4 bits, PlaidMmaLevels):
+// every level in [0, 127], the least weight at 0 and the largest at 127,
+// offset + level * step within half a step of its weight; equal weights
+// give a step of 1 and zero levels. PlaidMmaLevels takes them at 4 bits
+// only.
+TEST(CpuBackendTest, PlaidOffsetLevelsSpanTheWeightsFromZero) {
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  std::uniform_real_distribution<float> w(-0.2f, 0.15f);
+  for (int nbits : {1, 2, 4}) {
+    std::vector<float> weights(static_cast<size_t>(1) << nbits);
+    for (float& x : weights) x = w(rng);
+    int8_t levels[16] = {};
+    float offset = 1.f;
+    const float step =
+        PlaidOffsetLevels(weights.data(), nbits, levels, &offset);
+    const auto [least, most] =
+        std::minmax_element(weights.begin(), weights.end());
+    EXPECT_EQ(offset, *least);
+    EXPECT_EQ(step, (*most - *least) / 127.f);
+    int low = 127, high = 0;
+    for (size_t b = 0; b < weights.size(); ++b) {
+      EXPECT_LE(std::fabs(offset + levels[b] * step - weights[b]),
+                step / 2 * 1.0001f)
+          << "nbits " << nbits << " bucket " << b;
+      low = std::min(low, int{levels[b]});
+      high = std::max(high, int{levels[b]});
+    }
+    EXPECT_EQ(low, 0) << "nbits " << nbits;
+    EXPECT_EQ(high, 127) << "nbits " << nbits;
+    int8_t mma[16] = {};
+    float mma_offset = 1.f;
+    const float mma_step =
+        PlaidMmaLevels(weights.data(), nbits, mma, &mma_offset);
+    int8_t signed_levels[16] = {};
+    const float signed_step = PlaidLevels(weights.data(), nbits, signed_levels);
+    EXPECT_EQ(mma_step, nbits == 4 ? step : signed_step);
+    EXPECT_EQ(mma_offset, nbits == 4 ? offset : 0.f);
+    for (size_t b = 0; b < weights.size(); ++b) {
+      EXPECT_EQ(mma[b], nbits == 4 ? levels[b] : signed_levels[b]);
+    }
+  }
+  const float same[4] = {0.03f, 0.03f, 0.03f, 0.03f};
+  int8_t same_levels[4] = {5, 5, 5, 5};
+  float offset = 0.f;
+  EXPECT_EQ(PlaidOffsetLevels(same, 2, same_levels, &offset), 1.f);
+  EXPECT_EQ(offset, 0.03f);
+  for (int8_t level : same_levels) EXPECT_EQ(level, 0);
+}
+
 TEST(CpuBackendTest, PlaidScoresFollowTheStatedFormula) {
   ::maxsimd::testing::PlaidSegment seg;
   seg.dim = 4;
