@@ -92,8 +92,10 @@ __device__ __forceinline__ int DimOf(int c, int r, int j) {
   }
 }
 
-// `x` as a value the compiler cannot see through: it keeps it in a
-// register rather than recompute it (from threadIdx, say) in the loop.
+// `x` as a value the compiler's front end cannot see through: it keeps it
+// in a register rather than recompute it in the loop (from threadIdx, say).
+// The assembler may still recompute a value of the parameters' constant
+// bank when registers run short (one of the 4-bit level table's words).
 template <typename T>
 __device__ __forceinline__ T Opaque(T x) {
   static_assert(sizeof(T) == 8 || sizeof(T) == 4, "a 4 or 8-byte value");
@@ -304,7 +306,7 @@ struct WarpScan {
   uint32_t cache_base;
   int32_t cache_end;
   int32_t n;      // tb - ta
-  float m[4][2];  // running maxima of document j: columns 2c + 8t + e
+  float m[4][2];  // running maxima of document ja + j: columns 2c + 8t + e
   // The pipeline: tile i's rows in raw[i % 2] (loaded in step i - 2), its
   // ids and scales in MetaRing (chunk i / 2, copied 2 kAhead steps ahead),
   // and its table rows: int16, in words[i % 2] (loaded in step i - 2) and
@@ -359,7 +361,7 @@ struct WarpScan {
     chunk_scales += 32;
     chunk_row += 32;
   }
-  // Tile i's rows (i = 16 i rows in) into r.
+  // Tile i's rows (rows 16 i ..) into r.
   __device__ __forceinline__ void LoadRaw(uint32_t i, Raw<kNbits>& r) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -450,8 +452,9 @@ struct WarpScan {
     }
   }
 
-  // Ends document j: the maxima over the warp's lanes, times their rows'
-  // factors, summed per 16-row block, written by lane 0; starts j + 1.
+  // Ends document ja + j: the maxima over the warp's lanes, times their
+  // rows' factors, summed per 16-row block, written by lane 0; starts the
+  // next.
   __device__ void Finish() {
     float s[2] = {0.f, 0.f};
 #pragma unroll
@@ -496,7 +499,7 @@ struct WarpScan {
   // ending the documents that end in it. Returns false once the warp's
   // documents are done.
   __device__ __forceinline__ bool Fold(int32_t base, const float (&v)[4][4]) {
-    int lo = 0;  // rows [lo, hi) of the tile belong to document j
+    int lo = 0;  // rows [lo, hi) of the tile belong to document ja + j
     for (;;) {
       const int hi = min(16, doc_end - base);
       if (lo == 0 && hi == 16) {
