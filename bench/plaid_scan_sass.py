@@ -4,9 +4,10 @@
 Compiles kernels/plaid_scan.cu for sm_90a as the build does, disassembles
 the cubin and, for each PlaidScanKernel<nbits>, prints the registers and
 spills and the instructions of the warp's tile loop (the smallest loop
-holding every MMA; 16 MMAs a tile) on its common path: the blocks that
-end or start a document (shuffles, stores, the partial-tile fold) are left
-out.
+holding every MMA; 16 MMAs a tile) on its common path: the blocks with
+code of the document-end functions (WarpScan's FoldEnds, Finish,
+NextDoc, found by their source lines) are left out. A static count: the
+profile's executed instructions (bench/ncu_stalls.py) are the measure.
 
     bench/plaid_scan_sass.py [--nvdisasm PATH] [--source FILE] [--keep DIR]
 
@@ -54,9 +55,26 @@ def with_old_abi_header(cubin, out):
     open(out, "wb").write(data)
 
 
+def cold_lines(source):
+    """Source lines of the document-end member functions: from the line
+    that declares each to its closing brace at the members' indent."""
+    text = open(source).read().splitlines()
+    cold = set()
+    for name in ("FoldEnds(", "Finish(", "NextDoc("):
+        for i, line in enumerate(text):
+            if re.match(r"\s+__device__.*\b" + re.escape(name), line):
+                j = i
+                while j < len(text) and text[j] != "  }":
+                    j += 1
+                cold.update(range(i + 1, j + 2))
+                break
+    return cold
+
+
 def parse(sass, kernel):
-    """(address, instruction) pairs and label positions of one function."""
-    lines, labels, inside = [], {}, False
+    """(address, instruction, source line) triples and label positions of
+    one function."""
+    lines, labels, inside, src = [], {}, False, 0
     for line in sass.splitlines():
         if line.startswith(".text."):
             if inside:
@@ -65,13 +83,17 @@ def parse(sass, kernel):
             continue
         if not inside:
             continue
+        m = re.match(r'\s*//## File ".*", line (\d+)', line)
+        if m:
+            src = int(m.group(1))
+            continue
         m = re.match(r"^\s*(\.L_x_\d+):", line)
         if m:
             labels[m.group(1)] = len(lines)
             continue
         m = re.match(r"\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;", line)
         if m:
-            lines.append((int(m.group(1), 16), m.group(2)))
+            lines.append((int(m.group(1), 16), m.group(2), src))
     return lines, labels
 
 
@@ -81,13 +103,13 @@ def opcode(ins):
     return word.split(".")[0]
 
 
-def hot_loop(lines, labels):
-    """The smallest loop holding every IMMA, split into its common-path
-    blocks."""
+def hot_loop(lines, labels, cold):
+    """The smallest loop holding every IMMA, split into its blocks, less
+    those with code of the source lines `cold`."""
     at = {k: lines[v][0] for k, v in labels.items() if v < len(lines)}
-    imma = [a for a, ins in lines if ins.startswith("IMMA")]
+    imma = [a for a, ins, _ in lines if ins.startswith("IMMA")]
     loops = []
-    for a, ins in lines:
+    for a, ins, _ in lines:
         m = re.search(r"BRA.*`\((\.L_x_\d+)\)", ins)
         if m and "BRA.DIV" not in ins and at.get(m.group(1), a) < a:
             loops.append((at[m.group(1)], a))
@@ -95,27 +117,20 @@ def hot_loop(lines, labels):
     lo, hi = min(loops, key=lambda l: l[1] - l[0])
     starts = set(labels.values())
     blocks, cur = [], []
-    for i, (a, ins) in enumerate(lines):
+    for i, (a, ins, src) in enumerate(lines):
         if not lo <= a <= hi:
             continue
         if i in starts and cur:
             blocks.append(cur)
             cur = []
-        cur.append(ins)
+        cur.append((ins, src))
         if "BRA" in ins or "EXIT" in ins:
             blocks.append(cur)
             cur = []
     if cur:
         blocks.append(cur)
-    # A document's end: shuffles, score stores, the tombstone and scores
-    # parameters, the maxima's reset, the partial-tile fold; and the shared
-    # window's base (S2UR) read for the block's queries, but not for the
-    # ring of a chunk's copy (LDGSTS).
-    cold = re.compile(r"SHFL|STG|FADD|-0x800000|LDS\.U8|LDG\.E R|"
-                      r"LDG\.E\.64 |c\[0x0\]\[0x2b[08]\]|@!?P\d FMNMX")
-    return [b for b in blocks
-            if not cold.search(" ".join(b)) and
-            not ("S2UR" in " ".join(b) and "LDGSTS" not in " ".join(b))]
+    return [[ins for ins, _ in b] for b in blocks
+            if not any(src in cold for _, src in b)]
 
 
 def main():
@@ -134,13 +149,15 @@ def main():
             print(line)
         old = os.path.join(work, "plaid_scan.sm90.cubin")
         with_old_abi_header(cubin, old)
-        sass = subprocess.run([args.nvdisasm, "-c", old], capture_output=True,
-                              text=True, check=True).stdout
+        sass = subprocess.run([args.nvdisasm, "-c", "-g", old],
+                              capture_output=True, text=True,
+                              check=True).stdout
         if args.keep:
             open(os.path.join(work, "plaid_scan.sass"), "w").write(sass)
+    cold = cold_lines(args.source)
     for nbits in (2, 4):
         lines, labels = parse(sass, f"PlaidScanKernelILi{nbits}EE")
-        blocks = hot_loop(lines, labels)
+        blocks = hot_loop(lines, labels, cold)
         ops = collections.Counter(opcode(i) for b in blocks for i in b)
         total = sum(ops.values())
         tiles = ops["IMMA"] / 16  # 16 MMAs a tile

@@ -497,8 +497,24 @@ struct WarpScan {
 
   // Folds the tile at row offset base (its cells in v) into the maxima,
   // ending the documents that end in it. Returns false once the warp's
-  // documents are done.
+  // documents are done; while it returns true, a document goes on past the
+  // tile, so rows are left. The common case, a tile inside a document that
+  // goes on, is one comparison.
   __device__ __forceinline__ bool Fold(int32_t base, const float (&v)[4][4]) {
+    if (doc_end - base > 16) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          m[t][e] = fmaxf(m[t][e], fmaxf(v[t][e], v[t][2 + e]));
+        }
+      }
+      return true;
+    }
+    return FoldEnds(base, v);
+  }
+  // Fold's tiles where documents end.
+  __device__ bool FoldEnds(int32_t base, const float (&v)[4][4]) {
     int lo = 0;  // rows [lo, hi) of the tile belong to document ja + j
     for (;;) {
       const int hi = min(16, doc_end - base);
@@ -579,8 +595,7 @@ struct WarpScan {
     // waits for the load (the warp would stall a full memory latency per
     // tile).
     LoadRaw(i + 2, raw[kS]);
-    return Fold(static_cast<int32_t>(16 * i), v) &&
-           static_cast<int32_t>(16 * (i + 1)) < n;
+    return Fold(static_cast<int32_t>(16 * i), v);
   }
   // REQUIRES: start holds ja and the origin of row ta = cu[ja] - row_base.
   // units_: the launch tile's table; unit_: 2^s for an int16 one.
