@@ -238,6 +238,63 @@ bool UsesPlaidMma(const GpuBackendOptions& options, const Batch& batch,
   return (batch.cand_offsets.empty() ? packed : widest) <= 32;
 }
 
+// The query-centroid value of query row `row` (float16 values, their sum
+// row_sum) and centroid c in units of the row's factor, as
+// LaunchPlaidQueryCentroids computes it: the fp32 dot in order plus the
+// levels' offset times the row's sum by one fma, rounded to float16,
+// divided by the factor and rounded, clamped to +-2^30.
+float TableUnits(const float* q16, float row_sum, const float* c, int32_t dim,
+                 float offset, float factor) {
+  float qc = 0.f;
+  for (int32_t d = 0; d < dim; ++d) qc = std::fmaf(q16[d], c[d], qc);
+  qc = HalfToFloat(FloatToHalf(std::fmaf(offset, row_sum, qc)));
+  return std::clamp(std::rint(qc / factor), -1073741824.f, 1073741824.f);
+}
+
+// The query rows of `batch` as the int8 MMA path stages them: int8 codes,
+// factor (the int8 scale, 1 for a zero row, times the levels' step),
+// float16 values and their sum.
+struct MmaRow {
+  std::vector<int8_t> codes;
+  std::vector<float> q16;
+  float factor = 1.f, row_sum = 0.f;
+};
+MmaRow StageMmaRow(const float* row, int32_t dim, float step) {
+  MmaRow r;
+  r.codes.resize(static_cast<size_t>(dim));
+  const float scale = QuantizeInt8Row(row, dim, r.codes.data());
+  r.factor = (scale > 0.f ? scale : 1.f) * step;
+  for (int32_t d = 0; d < dim; ++d) {
+    r.q16.push_back(HalfToFloat(FloatToHalf(row[d])));
+    r.row_sum += r.q16.back();
+  }
+  return r;
+}
+
+// The shift of the int16 table of the PLAID scan at 2 bits
+// (PlaidUnitsShift) for a batch in one tile: the largest |TableUnits| over
+// its rows and the codec's centroids (every segment shares segment 0's).
+int ScanTableShift(const Batch& batch) {
+  const SegmentView& seg = batch.refs[0].host;
+  const int nbits = PlaidNbits(seg.dtype);
+  int8_t levels[16];
+  float offset = 0.f;
+  const float step =
+      PlaidMmaLevels(seg.plaid.bucket_weights, nbits, levels, &offset);
+  float largest = 0.f;
+  for (size_t i = 0; i * batch.dim < batch.tokens.size(); ++i) {
+    const MmaRow r =
+        StageMmaRow(batch.tokens.data() + i * batch.dim, batch.dim, step);
+    for (int64_t k = 0; k < seg.plaid.num_centroids; ++k) {
+      largest = std::max(
+          largest, std::fabs(TableUnits(r.q16.data(), r.row_sum,
+                                        seg.plaid.centroids + k * batch.dim,
+                                        batch.dim, offset, r.factor)));
+    }
+  }
+  return PlaidUnitsShift(largest);
+}
+
 // The oracle of the int8 MMA path with the kernel's roundings: per query
 // row, its int8 codes and scale (QuantizeInt8Row), the row factor = scale
 // (1 for a zero row) times the levels' step (PlaidMmaLevels), and its
@@ -245,14 +302,18 @@ bool UsesPlaidMma(const GpuBackendOptions& options, const Batch& batch,
 // with the token's fp32 centroid (summed in the kernel's order) plus the
 // levels' offset times the row's sum (in order), plus the row factor
 // times the integer dot of codes and levels, times the token's scale, in
-// fp32 as the kernel computes it. Maxima summed in fp64. (The scan kernel
-// holds the float16 dot in whole row factors, at 2 bits in units of 2^s
-// of them (LargestTableShift): a cell within 2^(s - 1) + 1/2 factors of
-// this one, far inside kTol.)
-std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
+// fp32 as the kernel computes it. Maxima summed in fp64.
+// table_shift >= 0: the PLAID scan's form at 2 bits instead, whose table
+// holds that value in whole row factors in units of 2^table_shift
+// (PlaidUnitsShift; LaunchPlaidQueryCentroids): per cell, the integer
+// table value plus the integer dot, as fp32 times the token's scale; the
+// row factor times the maximum. (The scan at 4 bits holds the value in
+// whole row factors, within half a factor of this oracle's cell.)
+std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch,
+                                                      int table_shift = -1) {
   const SearchParams p = batch.Params();
   return ReferenceSearchWith(
-      p, [&p](int32_t q, const SegmentView& seg, int64_t doc) {
+      p, [&p, table_shift](int32_t q, const SegmentView& seg, int64_t doc) {
         const int32_t dim = seg.dim;
         const int nbits = PlaidNbits(seg.dtype);
         int8_t levels[16];
@@ -263,36 +324,39 @@ std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
         const int64_t t0 = seg.cu_seqlens[doc], t1 = seg.cu_seqlens[doc + 1];
         if (lq == 0) return 0.0;
         if (t0 == t1) return -std::numeric_limits<double>::infinity();
-        std::vector<int8_t> codes(static_cast<size_t>(dim));
-        std::vector<float> q16(static_cast<size_t>(dim));
         const int64_t row_bytes = int64_t{dim} * nbits / 8;
+        const float unit = std::ldexp(1.f, std::max(table_shift, 0));
         double total = 0.0;
         for (int64_t i = 0; i < lq; ++i) {
-          const float* row = p.query_tokens + (p.query_offsets[q] + i) * dim;
-          const float scale = QuantizeInt8Row(row, dim, codes.data());
-          const float factor = (scale > 0.f ? scale : 1.f) * step;
-          float row_sum = 0.f;
-          for (int32_t d = 0; d < dim; ++d) {
-            q16[d] = HalfToFloat(FloatToHalf(row[d]));
-            row_sum += q16[d];
-          }
+          const MmaRow r = StageMmaRow(
+              p.query_tokens + (p.query_offsets[q] + i) * dim, dim, step);
           float best = -std::numeric_limits<float>::infinity();
           for (int64_t t = t0; t < t1; ++t) {
             const float* c = seg.plaid.centroids + int64_t{seg.codes[t]} * dim;
-            float qc = 0.f;
-            for (int32_t d = 0; d < dim; ++d) qc = std::fmaf(q16[d], c[d], qc);
-            qc = HalfToFloat(FloatToHalf(std::fmaf(offset, row_sum, qc)));
             const uint8_t* res =
                 static_cast<const uint8_t*>(seg.tokens) + t * row_bytes;
             int32_t dot = 0;
             for (int32_t d = 0; d < dim; ++d) {
-              dot += codes[d] * levels[PlaidResidualBucket(res, nbits, d)];
+              dot += r.codes[d] * levels[PlaidResidualBucket(res, nbits, d)];
             }
-            const float cell =
-                std::fmaf(factor, static_cast<float>(dot), qc) * seg.scales[t];
+            float cell;
+            if (table_shift >= 0) {
+              const float x =
+                  TableUnits(r.q16.data(), r.row_sum, c, dim, offset, r.factor);
+              const int32_t table = static_cast<int32_t>(
+                  std::clamp(std::rint(x / unit), -32767.f, 32767.f) * unit);
+              cell = static_cast<float>(table + dot) * seg.scales[t];
+            } else {
+              float qc = 0.f;
+              for (int32_t d = 0; d < dim; ++d)
+                qc = std::fmaf(r.q16[d], c[d], qc);
+              qc = HalfToFloat(FloatToHalf(std::fmaf(offset, r.row_sum, qc)));
+              cell = std::fmaf(r.factor, static_cast<float>(dot), qc) *
+                     seg.scales[t];
+            }
             best = std::max(best, cell);
           }
-          total += best;
+          total += table_shift >= 0 ? double{r.factor} * best : double{best};
         }
         return total;
       });
@@ -304,8 +368,8 @@ std::vector<std::vector<ScoredDoc>> PlaidMmaReference(const Batch& batch) {
 // the largest |weight - the levels' offset| + the levels' rounding
 // (step / 2) against the quantised query + the float16 rounding of the
 // query against the largest |centroid value| and |offset| + the table's
-// float16 rounding), and a max or a sum of cells errs by no more than its
-// terms.
+// float16 rounding + the scan's int16 rounding of it), and a max or a sum
+// of cells errs by no more than its terms.
 double PlaidMmaErrorBound(const Batch& batch, int32_t q) {
   const SegmentView& seg = batch.refs[0].host;
   const int32_t dim = seg.dim;
@@ -339,10 +403,11 @@ double PlaidMmaErrorBound(const Batch& batch, int32_t q) {
       e += std::fabs(x - xq) * w_max + std::fabs(xq) * step / 2;
       q_abs += std::fabs(x);
     }
-    // The float16 query (relative 2^-11) and the float16 table value
+    // The float16 query (relative 2^-11), the float16 table value
     // (|q . c + offset * sum(q)| <= q_abs * (c_max + |offset|), relative
-    // 2^-11).
-    e += 2 * half_ulp * q_abs * (c_max + std::fabs(offset)) * 1.01;
+    // 2^-11) and the scan's int16 table (relative to the largest, 2^-16).
+    e += (2 * half_ulp * 1.01 + std::ldexp(1.0, -15)) * q_abs *
+         (c_max + std::fabs(offset));
     bound += sc_max * e;
   }
   return bound;
@@ -371,7 +436,11 @@ void ExpectPlaidSearch(
   const bool mma = UsesPlaidMma(options, batch, nbits);
   std::vector<std::vector<ScoredDoc>> want;
   if (mma) {
-    want = PlaidMmaReference(batch);
+    // The PLAID scan kernel at 2 bits (maxsim_tma.h PlaidScanApplies: one
+    // tile, the warp scan on) holds its table as int16.
+    const bool scan16 = batch.cand_offsets.empty() && options.plaid_warp_scan &&
+                        PlaidUnitsInt16(nbits);
+    want = PlaidMmaReference(batch, scan16 ? ScanTableShift(batch) : -1);
   } else {
     Batch as_decoded = batch;
     as_decoded.refs.clear();
@@ -494,37 +563,6 @@ TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
   }
 }
 
-// The shift of the int16 form of the scan's table (PlaidUnitsShift) for
-// the query rows of `batch` against the centroids of `corpus`: the
-// largest |dot + offset * sum| over the row's factor, in fp64 (the
-// kernel's is in fp32, rounded to float16: the same but for its last
-// bits).
-int LargestTableShift(const Batch& batch, const PlaidCorpus& corpus,
-                      int nbits) {
-  const PlaidSegment& codec = corpus.host[0];
-  int8_t levels[16];
-  float offset = 0.f;
-  const float step =
-      PlaidMmaLevels(codec.bucket_weights.data(), nbits, levels, &offset);
-  const int32_t dim = batch.dim;
-  std::vector<int8_t> codes(static_cast<size_t>(dim));
-  double largest = 0.0;
-  for (size_t i = 0; i * dim < batch.tokens.size(); ++i) {
-    const float* row = batch.tokens.data() + i * dim;
-    const float scale = QuantizeInt8Row(row, dim, codes.data());
-    const double factor = double{scale > 0.f ? scale : 1.f} * step;
-    for (size_t k = 0; k * dim < codec.centroids.size(); ++k) {
-      double dot = 0.0;
-      for (int32_t d = 0; d < dim; ++d) {
-        dot += double{HalfToFloat(FloatToHalf(row[d]))} *
-               (codec.centroids[k * dim + d] + double{offset});
-      }
-      largest = std::max(largest, std::fabs(dot) / factor);
-    }
-  }
-  return PlaidUnitsShift(static_cast<float>(largest));
-}
-
 // The int16 form of the scan's table (2 bits, maxsim_tma.h PlaidUnitsInt16)
 // holds round(x / 2^s) with s the smallest shift that fits the tile's
 // largest |x| in int16.
@@ -566,12 +604,12 @@ TEST(GpuPlaidTest, ScanTableOfLargeUnitsKeepsItsPrecision) {
     two.AddQuery(RandomQuery(rng, 16, 128), 50);
     two.AddQuery(RandomQuery(rng, 12, 128), 7);
     for (const Batch& batch : {ScanBatch(rng, corpus, 128, true), two}) {
-      EXPECT_GE(LargestTableShift(batch, corpus, nbits), 8);
+      EXPECT_GE(ScanTableShift(batch), 8);
       ExpectPlaidSearch(backend, batch, nbits, corpus);
     }
   }
   const PlaidCorpus usual = MakeCorpus(backend, rng, 128, 2);
-  EXPECT_LT(LargestTableShift(ScanBatch(rng, usual, 128, true), usual, 2), 8);
+  EXPECT_LT(ScanTableShift(ScanBatch(rng, usual, 128, true)), 8);
 }
 
 // Two queries of 16 rows in one scan tile, and reranks of several queries
