@@ -72,30 +72,23 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // The levels' offset times the row's sum (PlaidOffsetLevels).
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const int pair = j + 4 * m;
-    const int r0 = 16 * (pair / 8) + pair % 8;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      acc[2 * m + h] = fmaf(offset, row_sum[r0 + 8 * h], acc[2 * m + h]);
-    }
-  }
   const int shift =
       kPass == QcPass::kUnitsInt16 ? PlaidUnitsShift(units_max[tile]) : 0;
   const float unit = static_cast<float>(1 << shift);
   float largest = 0.f;
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    const __half2 h = __floats2half2_rn(acc[2 * m], acc[2 * m + 1]);
+    const int pair = j + 4 * m;
+    const int r0 = 16 * (pair / 8) + pair % 8;
+    // The levels' offset times the row's sum (PlaidOffsetLevels).
+    const __half2 h =
+        __floats2half2_rn(fmaf(offset, row_sum[r0], acc[2 * m]),
+                          fmaf(offset, row_sum[r0 + 8], acc[2 * m + 1]));
     if (kPass != QcPass::kUnitsInt16 && live) {
       table[(tile * num_centroids + k) * 16 + j + 4 * m] =
           *reinterpret_cast<const uint32_t*>(&h);
     }
     if (units == nullptr && kPass == QcPass::kTables) continue;
-    const int pair = j + 4 * m;
-    const int r0 = 16 * (pair / 8) + pair % 8;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int r = r0 + 8 * e;

@@ -540,6 +540,18 @@ TEST(GpuPlaidTest, Float16DecodeAtWidth128WithTheInt8MmaOff) {
 // default; with GpuBackendOptions::plaid_warp_scan off, the TMA kernel's
 // PlaidMma path scores them, against the same oracle: one query of 32 rows,
 // and two queries sharing the tile.
+// Scans in one query tile: one query of 32 rows, and two of 16 and
+// `second_rows` rows.
+std::vector<Batch> OneTileScans(std::mt19937_64& rng, const PlaidCorpus& corpus,
+                                int second_rows) {
+  Batch two;
+  two.dim = 128;
+  two.refs = corpus.Refs();
+  two.AddQuery(RandomQuery(rng, 16, 128), 50);
+  two.AddQuery(RandomQuery(rng, second_rows, 128), 7);
+  return {ScanBatch(rng, corpus, 128, true), two};
+}
+
 TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   GpuBackendOptions options = ::maxsimd::testing::TestOptions();
@@ -550,12 +562,7 @@ TEST(GpuPlaidTest, TmaPlaidMmaScanWithTheWarpScanOff) {
   for (int nbits : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
     const PlaidCorpus corpus = MakeCorpus(*backend, rng, 128, nbits);
-    Batch two;
-    two.dim = 128;
-    two.refs = corpus.Refs();
-    two.AddQuery(RandomQuery(rng, 16, 128), 50);
-    two.AddQuery(RandomQuery(rng, 9, 128), 7);
-    for (const Batch& batch : {ScanBatch(rng, corpus, 128, true), two}) {
+    for (const Batch& batch : OneTileScans(rng, corpus, 9)) {
       // (The mma.sync kernels, MAXSIMD_TEST_KERNELS=mma, refuse PLAID.)
       EXPECT_EQ(UsesPlaidMma(options, batch, nbits), options.use_tma);
       ExpectPlaidSearch(*backend, batch, nbits, corpus, options);
@@ -598,12 +605,7 @@ TEST(GpuPlaidTest, ScanTableOfLargeUnitsKeepsItsPrecision) {
   for (int nbits : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "nbits " << nbits);
     const PlaidCorpus corpus = MakeCorpus(backend, rng, 128, nbits, 0.01f);
-    Batch two;
-    two.dim = 128;
-    two.refs = corpus.Refs();
-    two.AddQuery(RandomQuery(rng, 16, 128), 50);
-    two.AddQuery(RandomQuery(rng, 12, 128), 7);
-    for (const Batch& batch : {ScanBatch(rng, corpus, 128, true), two}) {
+    for (const Batch& batch : OneTileScans(rng, corpus, 12)) {
       EXPECT_GE(ScanTableShift(batch), 8);
       ExpectPlaidSearch(backend, batch, nbits, corpus);
     }
