@@ -1334,10 +1334,13 @@ absl::Status GpuBackendImpl::RunSearch(
   MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w.dev_in, w.pinned_in, used,
                                      cudaMemcpyHostToDevice, stream));
   MAXSIMD_CUDA_CHECK(cudaEventRecord(w.staged, stream));
+  float* const units_max =
+      plaid_mma.on ? PlaidUnitsMax(w, plaid_mma, tma.tiles,
+                                   p.segments[0].resident.plaid.num_centroids,
+                                   PlaidNbits(dtype))
+                   : nullptr;
   if (plaid_mma.on) {
     const PlaidTablesView& codec = p.segments[0].resident.plaid;
-    float* units_max = PlaidUnitsMax(w, plaid_mma, tma.tiles,
-                                     codec.num_centroids, PlaidNbits(dtype));
     MAXSIMD_RETURN_IF_ERROR(LaunchPlaidQueryCentroids(
         reinterpret_cast<const uint16_t*>(w.dev_in + cap.query +
                                           plaid_mma.rows_offset),
@@ -1380,8 +1383,7 @@ absl::Status GpuBackendImpl::RunSearch(
       if (plaid_mma.on) {
         t.plaid_qc = w.plaid_table;
         t.plaid_units = PlaidUnits(w, plaid_mma);
-        t.plaid_units_max = PlaidUnitsMax(
-            w, plaid_mma, tma.tiles, codec.num_centroids, PlaidNbits(dtype));
+        t.plaid_units_max = units_max;
         std::copy(std::begin(plaid_mma.levels), std::end(plaid_mma.levels),
                   std::begin(t.plaid_levels));
       }

@@ -52,6 +52,8 @@
 namespace maxsimd {
 namespace {
 
+using detail::CpAsync4;
+using detail::CpAsyncCommit;
 using detail::CpAsyncWaitAll;
 using detail::CpAsyncWaitGroup;
 using detail::MmaS8;
@@ -351,12 +353,9 @@ struct WarpScan {
   __device__ __forceinline__ void LoadChunk(uint32_t k) {
     const uint32_t dst = ring_w + (k % kRing) * kSlotBytes;
     const uint32_t bytes = chunk_row <= last ? 4 : 0;
-    asm volatile(
-        "cp.async.ca.shared.global [%0], [%1], 4, %4;\n"
-        "cp.async.ca.shared.global [%2], [%3], 4, %4;\n"
-        "cp.async.commit_group;\n" ::"r"(dst),
-        "l"(chunk_ids), "r"(dst + kScaleOffset), "l"(chunk_scales), "r"(bytes)
-        : "memory");
+    CpAsync4(dst, chunk_ids, bytes);
+    CpAsync4(dst + kScaleOffset, chunk_scales, bytes);
+    CpAsyncCommit();
     chunk_ids += 32;
     chunk_scales += 32;
     chunk_row += 32;

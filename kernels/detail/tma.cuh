@@ -76,6 +76,17 @@ __device__ __forceinline__ void CpAsync4(void* dst, const void* src) {
       : "memory");
 }
 
+// cp.async of 4 bytes to shared memory at byte address `dst` from `src`
+// (both 4-byte aligned), of which the first `src_bytes` (0 or 4) are read
+// and the rest zero-filled: with 0, `src` is not read and may lie past an
+// array's end.
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src,
+                                         uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
 // cp.async of 16 bytes from global to shared memory (both 16-byte
 // aligned), cached in L2 only.
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
