@@ -21,15 +21,20 @@
 #                              cases from SERVICE_CASES, default all)
 #   bench/run_gpu.sh all       build, then run
 #
-# Environment: BUILD_DIR (default build-gpu), BENCH_ARGS (extra arguments of
-# maxsim_bench, e.g. "--only colbert_scan_100k"), GTEST_FILTER.
+# Environment: BUILD_DIR (default build-gpu), CUDA_ARCHS (default 90a, the
+# GPUs benchmarked here; "80-virtual" builds compute_80 PTX alone, which the
+# driver compiles at load: the path of GPUs before Hopper, on a Hopper GPU),
+# BENCH_ARGS (extra arguments of maxsim_bench, e.g. "--only
+# colbert_scan_100k"), GTEST_FILTER, SKIP_BENCH=1 (run: tests only; service:
+# the tests without the service benchmark), BUNDLE (default .bundle: the
+# bundle folder; its archives are $BUNDLE.tgz and ${BUNDLE}_service.tgz).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=../scripts/bundle_env.sh
 source "$root/scripts/bundle_env.sh"
 build_dir=${BUILD_DIR:-$root/build-gpu}
-bundle=$root/.bundle
+bundle=${BUNDLE:-$root/.bundle}
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
   host_stream_test gpu_int8_test gpu_plaid_test gpu_kmeans_test)
 
@@ -44,7 +49,7 @@ service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen
 build() {
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DMAXSIMD_BUILD_SERVER=ON -DMAXSIMD_WITH_CUDA=ON \
-    -DMAXSIMD_FAULT_INJECTION=ON \
+    -DMAXSIMD_FAULT_INJECTION=ON -DMAXSIMD_CUDA_ARCHS="${CUDA_ARCHS:-90a}" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc
   local targets=(maxsim_bench fidelity_bench "${tests[@]}")
   for b in "${service_bins[@]}"; do targets+=("$(basename "$b")"); done
@@ -95,7 +100,9 @@ service() {
       grep -E '^\[  FAILED  \]|Failure' "$out/$t.log" | head -10 || true
     done
   fi
-  "$root/bench/service_bench.sh" "$bundle/bin" "$out/service" ${SERVICE_CASES:-} || failed=1
+  if [[ -z ${SKIP_BENCH:-} ]]; then
+    "$root/bench/service_bench.sh" "$bundle/bin" "$out/service" ${SERVICE_CASES:-} || failed=1
+  fi
   [[ $failed -eq 0 ]]
 }
 
@@ -135,6 +142,12 @@ run() {
     summary+="$(printf '%-20s %s' "$t (mma)" "$(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/$t.mma.log" | tr '\n' ' ')")"$'\n'
     grep -E '^\[  FAILED  \]|Failure|MAXSIMD_TEST_SEED' "$out/$t.mma.log" | head -20 || true
   done
+  if [[ -n ${SKIP_BENCH:-} ]]; then
+    echo "GPU tests:"
+    printf '%s' "$summary"
+    [[ $failed -eq 0 ]]
+    return
+  fi
   set +e
   "$bundle/bin/maxsim_bench" --json "$out/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
   local bench_rc=${PIPESTATUS[0]}
@@ -208,5 +221,5 @@ case ${1:-} in
   sanitize) sanitize ;;
   service) service ;;
   all) build && run ;;
-  *) sed -n '2,21p' "$0" >&2; exit 1 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 1 ;;
 esac

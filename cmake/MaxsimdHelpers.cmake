@@ -11,11 +11,11 @@ endfunction()
 # Adds CUDA compile flags (architectures, line info, relaxed constexpr) to a
 # target with .cu sources.
 function(maxsimd_set_cuda_flags target)
-  separate_arguments(_gencode UNIX_COMMAND "${MAXSIMD_CUDA_GENCODE}")
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:${_gencode} -lineinfo --expt-relaxed-constexpr>)
+    $<$<COMPILE_LANGUAGE:CUDA>:${MAXSIMD_CUDA_GENCODE_FLAGS} -lineinfo
+    --expt-relaxed-constexpr>)
   target_link_options(${target} PRIVATE
-    $<$<LINK_LANGUAGE:CUDA>:${_gencode}>)
+    $<$<LINK_LANGUAGE:CUDA>:${MAXSIMD_CUDA_GENCODE_FLAGS}>)
 endfunction()
 
 # maxsimd_add_test(NAME name SOURCES a.cc ... LIBS lib ... [LABELS l ...])

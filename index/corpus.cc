@@ -151,14 +151,15 @@ absl::Status CheckBackendServes(const CorpusConfig& config,
     }
     return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "layout: ",
-      config.layout == Layout::kInt8    ? "LAYOUT_INT8"
-      : config.layout == Layout::kPlaid ? "LAYOUT_PLAID"
-                                        : "this layout",
-      " needs a backend that scores ", DTypeName(config.storage_dtype),
-      " tokens; backend ", backend.name(), " has no kernel for them at dim ",
-      config.dim, " (the CPU backend, --cpu, has)"));
+  return absl::UnimplementedError(
+      absl::StrCat("layout: ",
+                   config.layout == Layout::kInt8    ? "LAYOUT_INT8"
+                   : config.layout == Layout::kPlaid ? "LAYOUT_PLAID"
+                                                     : "this layout",
+                   " needs a backend that scores ",
+                   DTypeName(config.storage_dtype), " tokens; backend ",
+                   backend.description(), " has no kernel for them at dim ",
+                   config.dim, " (the CPU backend, --cpu, has)"));
 }
 
 int64_t StoredRowBytes(const CorpusConfig& config) {

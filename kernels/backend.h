@@ -196,6 +196,10 @@ class Backend {
 
   // "cpu" or "gpu:<ordinal>".
   virtual std::string name() const = 0;
+  // name() and the hardware behind it, for logs and for errors that say
+  // why a layout is not served, e.g. "gpu:0 (NVIDIA A10, compute
+  // capability 8.6, without the Hopper kernels)".
+  virtual std::string description() const { return name(); }
   virtual const BackendLimits& limits() const = 0;
 
   // Copies `bytes` bytes from host memory into the backend's memory. The

@@ -387,6 +387,7 @@ class GpuBackendImpl final : public Backend {
   absl::Status Search(const SearchParams& params,
                       absl::Span<std::vector<ScoredDoc>> results,
                       SearchTiming* timing) override;
+  std::string description() const override { return description_; }
   bool healthy() const override { return healthy_.load(); }
   // Int8 and PLAID corpora take the TMA kernel only, at the widths it
   // widens (decodes) whole.
@@ -440,6 +441,7 @@ class GpuBackendImpl final : public Backend {
   GpuBackendOptions options_;
   int sm_count_ = 1;
   std::atomic<bool> healthy_{true};
+  std::string description_;  // set by Init()
   std::shared_ptr<std::atomic<int64_t>> corpus_bytes_ =
       std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<std::atomic<int64_t>> pinned_bytes_ =
@@ -504,13 +506,22 @@ absl::Status GpuBackendImpl::Init() {
   MAXSIMD_CUDA_CHECK(cudaSetDevice(options_.device));
   MAXSIMD_CUDA_CHECK(cudaDeviceGetAttribute(
       &sm_count_, cudaDevAttrMultiProcessorCount, options_.device));
-  int major = 0;
-  MAXSIMD_CUDA_CHECK(cudaDeviceGetAttribute(
-      &major, cudaDevAttrComputeCapabilityMajor, options_.device));
-  // The TMA kernels are built for sm_90a only.
-  if (major != 9) options_.use_tma = false;
+  cudaDeviceProp prop;
+  MAXSIMD_CUDA_CHECK(cudaGetDeviceProperties(&prop, options_.device));
   MAXSIMD_CUDA_CHECK(
       cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
+  // The TMA kernels run where the driver loaded sm_90a code for them: on
+  // Hopper, from a build that carries it. Everywhere else the mma.sync
+  // kernels serve the dense layouts, and int8 and PLAID are refused.
+  MAXSIMD_ASSIGN_OR_RETURN(const bool tma_loaded,
+                           TmaKernelsLoaded(upload_stream_));
+  if (!tma_loaded) options_.use_tma = false;
+  description_ = absl::StrCat(
+      name(), " (", prop.name, ", compute capability ", prop.major, ".",
+      prop.minor,
+      tma_loaded ? ")"
+                 : ", without the Hopper kernels: sm_90 and a build with "
+                   "sm_90a code)");
   workers_.resize(options_.num_workers);
   for (int i = 0; i < options_.num_workers; ++i) {
     MAXSIMD_RETURN_IF_ERROR(InitWorker(&workers_[i]));
@@ -1773,6 +1784,20 @@ int GpuBackend::DeviceCount() {
     return 0;
   }
   return count;
+}
+
+bool GpuBackend::TmaKernelsAvailable(int device) {
+  if (device < 0 || device >= DeviceCount()) return false;
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const absl::StatusOr<bool> loaded = TmaKernelsLoaded(stream);
+  MAXSIMD_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream));
+  return loaded.ok() && *loaded;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> GpuBackend::Create(

@@ -48,7 +48,8 @@ struct GpuBackendOptions {
   // Score with the Hopper TMA + wgmma kernels where they apply (widths 64 to
   // 256 that are multiples of 8, at most 1024 segments per search, batches
   // whose staged tiles fit the query buffer); false forces the mma.sync
-  // kernels everywhere (tests compare the two).
+  // kernels everywhere (tests compare the two). Create() turns it off where
+  // the TMA kernels do not run (TmaKernelsAvailable).
   bool use_tma = true;
   // Rows per copy of a TMA scan (16 or 64): a tuning knob, measured by
   // bench/maxsim_bench --tma-box.
@@ -106,6 +107,12 @@ class GpuBackend {
   // Number of usable CUDA devices; 0 without a GPU, a driver, or CUDA
   // support in this build. Never fails.
   static int DeviceCount();
+
+  // Whether the Hopper TMA kernels run on `device`: a Hopper GPU (sm_90)
+  // and a build that carries sm_90a code for it (cmake/MaxsimdCudaArchs.cmake).
+  // Where they do not, Create() turns GpuBackendOptions::use_tma off and
+  // the backend refuses int8 and PLAID corpora. False without a GPU.
+  static bool TmaKernelsAvailable(int device);
 
   // Creates a backend on options.device. Errors: UNIMPLEMENTED without CUDA
   // support, INVALID_ARGUMENT for a bad ordinal, RESOURCE_EXHAUSTED when the

@@ -5,6 +5,8 @@ namespace maxsimd {
 
 int GpuBackend::DeviceCount() { return 0; }
 
+bool GpuBackend::TmaKernelsAvailable(int) { return false; }
+
 absl::StatusOr<std::unique_ptr<Backend>> GpuBackend::Create(
     const GpuBackendOptions&) {
   return absl::UnimplementedError(

@@ -9,8 +9,10 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda_check.cuh"
 #include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/mma.cuh"
+#include "kernels/detail/tma.cuh"
 #include "kernels/maxsim_tma.h"
 
 namespace maxsimd {
@@ -48,10 +50,16 @@ absl::Status EncodeTiled(CUtensorMapDataType type, cuuint32_t rank,
   std::call_once(once, [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult result;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                         cudaEnableDefault,
-                                         &result) == cudaSuccess &&
-        result == cudaDriverEntryPointSuccess) {
+    // The versioned query appeared in CUDA 12.5, and CUDA 13 keeps only it;
+    // 12.4's unversioned one returns the same 12.0 signature.
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &result);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint(
+        "cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &result);
+#endif
+    if (err == cudaSuccess && result == cudaDriverEntryPointSuccess) {
       encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
     } else {
       (void)cudaGetLastError();
@@ -205,7 +213,26 @@ absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
       absl::StrCat("LaunchMaxSimTma: dpad ", p.dpad));
 }
 
+// Writes what this device pass compiled the TMA kernels' bodies as.
+__global__ void TmaDeviceCodeProbe(int* out) { *out = MAXSIMD_TMA_DEVICE_CODE; }
+
 }  // namespace
+
+absl::StatusOr<bool> TmaKernelsLoaded(cudaStream_t stream) {
+  int* dev = nullptr;
+  MAXSIMD_CUDA_CHECK(cudaMalloc(&dev, sizeof(int)));
+  int host = 0;
+  TmaDeviceCodeProbe<<<1, 1, 0, stream>>>(dev);
+  cudaError_t tma_probe = cudaGetLastError();
+  if (tma_probe == cudaSuccess) {
+    tma_probe = cudaMemcpyAsync(&host, dev, sizeof(int), cudaMemcpyDeviceToHost,
+                                stream);
+  }
+  if (tma_probe == cudaSuccess) tma_probe = cudaStreamSynchronize(stream);
+  MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(dev));
+  MAXSIMD_CUDA_CHECK(tma_probe);
+  return host == 1;
+}
 
 absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
   if (p.records == nullptr && p.num_tiles > TmaMaxTiles(p.warpgroups)) {

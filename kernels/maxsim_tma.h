@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/maxsim_gather.h"
 #include "kernels/types.h"
 
@@ -278,6 +279,15 @@ absl::Status LaunchPlaidQueryCentroids(
     int64_t num_centroids, float offset, uint32_t* table, cudaStream_t stream,
     const float* q_factors = nullptr, int32_t* units = nullptr,
     bool units_int16 = false, float* units_max = nullptr);
+
+// Whether the code the driver loaded for the current device holds the TMA
+// kernels' bodies (sm_90a machine code, or compute_90a PTX), so that they
+// run there. False on a GPU other than Hopper, and on Hopper when the build
+// carries no sm_90a code: a build for compute_80 PTX alone, which the
+// driver compiles at load, has only the trap that stands in for them
+// (detail/tma.cuh, MAXSIMD_TMA_DEVICE_CODE). Launches one one-thread kernel
+// on `stream` and waits for it.
+absl::StatusOr<bool> TmaKernelsLoaded(cudaStream_t stream);
 
 }  // namespace maxsimd
 

@@ -124,6 +124,12 @@ std::string ShardedBackend::name() const {
   return absl::StrJoin(names, "+");
 }
 
+std::string ShardedBackend::description() const {
+  std::vector<std::string> parts;
+  for (const auto& s : shards_) parts.push_back(s->description());
+  return absl::StrJoin(parts, " + ");
+}
+
 const BackendLimits& ShardedBackend::limits() const {
   return shards_[0]->limits();
 }
@@ -208,8 +214,8 @@ absl::Status ShardedBackend::Search(const SearchParams& params,
       return absl::UnimplementedError(absl::StrCat(
           "ShardedBackend::Search: segments[", i, "] is ",
           DTypeName(ref.resident.dtype), " (layout ",
-          LayoutOfDType(ref.resident.dtype), "): shard ", ref.shard, " (",
-          shards_[ref.shard]->name(), ") has no kernel for it"));
+          LayoutOfDType(ref.resident.dtype), "): shard ", ref.shard, ", ",
+          shards_[ref.shard]->description(), ", has no kernel for it"));
     }
     local[i] = static_cast<int64_t>(parts[ref.shard].refs.size());
     parts[ref.shard].refs.push_back(ref);

@@ -40,6 +40,7 @@ class ShardedBackend final : public Backend {
   ~ShardedBackend() override;
 
   std::string name() const override;
+  std::string description() const override;
   const BackendLimits& limits() const override;
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(const void* host,
                                                          size_t bytes) override;

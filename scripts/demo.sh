@@ -49,8 +49,22 @@ cleanup() {
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------
+# CUDA for the GPUs of this machine only (a first build stays short; the
+# image carries every GPU from Ampere on), and no CUDA without a GPU: the
+# CPU backend then serves the demo.
+cuda_flags() {
+  local nvcc="${CUDACXX:-/usr/local/cuda/bin/nvcc}"
+  if [[ -x "$nvcc" ]] && nvidia-smi -L >/dev/null 2>&1; then
+    echo "-DMAXSIMD_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER=$nvcc -DMAXSIMD_CUDA_ARCHS=native"
+  else
+    echo "-DMAXSIMD_WITH_CUDA=OFF"
+  fi
+}
+
 build() {
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # shellcheck disable=SC2046  # cuda_flags prints a list of flags
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    $(cuda_flags)
   # Only what the demo runs; the test suites build with the README's second
   # command.
   cmake --build "$BUILD_DIR" --target maxsimd maxsimctl

@@ -24,6 +24,11 @@ else
   echo "== no nvcc found: CUDA targets off"
 fi
 
+if [[ -x "$NVCC" ]]; then
+  echo "== configure against Debian's stock CMake modules (cmake-data)"
+  CUDACXX="$NVCC" "$ROOT/scripts/check_stock_cmake.sh"
+fi
+
 echo "== configure"
 # shellcheck disable=SC2086
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

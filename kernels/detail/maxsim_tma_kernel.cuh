@@ -1835,6 +1835,7 @@ template <typename Tag, int kDP, int kWG>
 __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
                                   TmaShapeOf<Tag, kDP, kWG>::kMinBlocks)
     MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
+#if MAXSIMD_TMA_DEVICE_CODE
   using S = typename TmaBlock<Tag, kDP, kWG>::S;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
@@ -1929,6 +1930,9 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
   } else {
     b.Consume();
   }
+#else
+  __trap();  // compiled for a GPU without sm_90a's instructions
+#endif
 }
 
 template <typename Tag, int kDP, int kWG>

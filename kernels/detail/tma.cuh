@@ -7,6 +7,18 @@
 
 #include <cstdint>
 
+// 1 where a kernel that uses these primitives compiles its body: the host
+// pass, and device passes for sm_90a (machine code or compute_90a PTX). A
+// build for other GPUs as well (cmake/MaxsimdCudaArchs.cmake: 80, 86, 89,
+// PTX for newer ones) compiles such a kernel there as a trap, since those
+// GPUs lack the instructions; the backend never launches it on them
+// (maxsim_tma.h, TmaKernelsLoaded).
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MAXSIMD_TMA_DEVICE_CODE 1
+#else
+#define MAXSIMD_TMA_DEVICE_CODE 0
+#endif
+
 namespace maxsimd::detail {
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {

@@ -426,7 +426,8 @@ TEST_F(CorpusTest, AppendRefusesScalesThatDoNotFitTheTokens) {
 }
 
 // A backend without the int8 kernel (the GPU backend before sm_90) refuses an
-// int8 corpus when it is created or loaded, naming `layout`, and a
+// int8 corpus when it is created or loaded, naming `layout` and the GPU
+// (Backend::description), and a
 // registry with a data directory leaves nothing of it on disk.
 TEST_F(CorpusTest, Int8CorpusIsRefusedByABackendWithoutTheKernel) {
   testing::LimitedBackend dense_only(false);
@@ -439,7 +440,8 @@ TEST_F(CorpusTest, Int8CorpusIsRefusedByABackendWithoutTheKernel) {
       Corpus::Create(config_, limits_, &dense_only),
       StatusIs(absl::StatusCode::kUnimplemented,
                HasSubstr("layout: LAYOUT_INT8 needs a backend that scores "
-                         "int8 tokens; backend dense-only has no kernel")));
+                         "int8 tokens; backend dense-only (Test GPU, compute "
+                         "capability 8.6) has no kernel")));
   char dir_template[] = "/tmp/maxsimd_corpus_testXXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
   const std::string dir = dir_template;

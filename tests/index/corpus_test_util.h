@@ -51,6 +51,10 @@ class LimitedBackend final : public ForwardingBackend {
   std::string name() const override {
     return int8_ ? "int8-resident-only" : "dense-only";
   }
+  // As the GPU backend's: the name and the hardware that lacks the kernel.
+  std::string description() const override {
+    return name() + " (Test GPU, compute capability 8.6)";
+  }
   bool SupportsDType(DType dtype, int32_t dim) const override {
     return int8_ || Backend::SupportsDType(dtype, dim);
   }

@@ -347,8 +347,9 @@ TEST(ShardedBackendTest, Int8NeedsEveryShardToScoreIt) {
   std::vector<std::vector<ScoredDoc>> out(1);
   EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
               StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("segments[0] is int8 (layout int8): shard 1 "
-                                 "(dense-only) has no kernel for it")));
+                       HasSubstr("segments[0] is int8 (layout int8): shard 1, "
+                                 "dense-only (Test GPU, compute capability "
+                                 "8.6), has no kernel for it")));
   batch.refs[0].shard = 0;  // the CPU shard scores it
   EXPECT_THAT(backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
               IsOk());

@@ -4,9 +4,14 @@
 // CpuBackendFaultTest).
 #include "kernels/gpu_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <cstring>
 #include <random>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/fault_injection.h"
 #include "kernels/half.h"
@@ -78,6 +83,36 @@ TEST(GpuBackendTest, CorpusBudgetRefusesUploadsPastItAndFreesOnRelease) {
   EXPECT_EQ(backend->Memory().front().corpus_bytes, 600 << 10);
   first->reset();  // freed: room again
   EXPECT_TRUE(backend->Upload(host.data(), host.size()).ok());
+}
+
+// The Hopper kernels run exactly where the device is a Hopper GPU and the
+// build carries sm_90a code (cmake/MaxsimdCudaArchs.cmake); a build of
+// compute_80 PTX alone runs on the H100 through the mma.sync kernels. The
+// description names the GPU and, where they do not run, says so, and the
+// int8 layout (theirs alone) is refused.
+TEST(GpuBackendTest, HopperKernelsRunWhereTheDeviceAndTheBuildHaveThem) {
+  MAXSIMD_SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const bool expected = prop.major == 9 && MAXSIMD_TEST_BUILD_HAS_SM90A;
+  EXPECT_EQ(GpuBackend::TmaKernelsAvailable(0), expected)
+      << "compute capability " << prop.major << "." << prop.minor
+      << ", build with sm_90a code: " << MAXSIMD_TEST_BUILD_HAS_SM90A;
+  GpuBackendOptions options = ::maxsimd::testing::TestOptions();
+  options.use_tma = true;
+  auto backend = MakeGpuBackend(options);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_THAT(backend->description(),
+              ::testing::HasSubstr(absl::StrCat("gpu:0 (", prop.name,
+                                                ", compute capability ",
+                                                prop.major, ".", prop.minor)));
+  EXPECT_EQ(
+      absl::StrContains(backend->description(), "without the Hopper kernels"),
+      !expected)
+      << backend->description();
+  EXPECT_EQ(backend->SupportsDType(DType::kInt8, 128), expected);
+  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16, 128));
+  EXPECT_FALSE(GpuBackend::TmaKernelsAvailable(GpuBackend::DeviceCount()));
 }
 
 // The int8 kernel takes the TMA path at the widths it widens whole (64,

@@ -38,11 +38,16 @@ namespace maxsimd::testing {
 
 // Limits small enough that Create() is quick, large enough for every test.
 // MAXSIMD_TEST_KERNELS=mma runs the suites on the mma.sync kernels instead
-// of the TMA kernels (bench/run_gpu.sh runs both).
+// of the TMA kernels (bench/run_gpu.sh runs both). use_tma is also false
+// where the TMA kernels do not run (a GPU other than Hopper, or a build
+// without sm_90a code), as the backend itself then decides, so that the
+// suites expect what the backend serves.
 inline GpuBackendOptions TestOptions() {
   GpuBackendOptions o;
   const char* kernels = std::getenv("MAXSIMD_TEST_KERNELS");
-  o.use_tma = kernels == nullptr || std::string(kernels) != "mma";
+  static const bool tma_available = GpuBackend::TmaKernelsAvailable(0);
+  o.use_tma =
+      tma_available && (kernels == nullptr || std::string(kernels) != "mma");
   o.num_workers = 2;
   o.limits.max_batch_queries = 256;
   o.limits.max_batch_query_tokens = 1 << 16;

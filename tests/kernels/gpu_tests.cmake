@@ -5,6 +5,17 @@ foreach(_gpu_test maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
   maxsimd_add_test(NAME ${_gpu_test} SOURCES ${_gpu_test}.cc
                    LIBS maxsimd_kernels LABELS gpu)
 endforeach()
+# Whether this build carries sm_90a code (machine code or PTX), which the
+# TMA kernels need: gpu_backend_test checks that they run exactly where the
+# device and the build both have it.
+string(FIND "${MAXSIMD_CUDA_GENCODE_FLAGS}" "compute_90a" _maxsimd_sm90a_at)
+if(_maxsimd_sm90a_at EQUAL -1)
+  set(_maxsimd_has_sm90a 0)
+else()
+  set(_maxsimd_has_sm90a 1)
+endif()
+target_compile_definitions(gpu_backend_test PRIVATE
+  MAXSIMD_TEST_BUILD_HAS_SM90A=${_maxsimd_has_sm90a})
 # The k-means assignment against the host trainer's (index/plaid_train.h),
 # with the host's arithmetic: no fused multiply-add in the test's own dot
 # products either.

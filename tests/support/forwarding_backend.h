@@ -20,6 +20,7 @@ class ForwardingBackend : public Backend {
       : inner_(std::move(inner)) {}
 
   std::string name() const override { return inner_->name(); }
+  std::string description() const override { return inner_->description(); }
   const BackendLimits& limits() const override { return inner_->limits(); }
   absl::StatusOr<std::unique_ptr<ResidentBuffer>> Upload(
       const void* host, size_t bytes) override {
