@@ -6,24 +6,34 @@
 #   docker build -t maxsimd:0.1.0 .
 #   docker run --rm --gpus all -p 50051:50051 -p 9464:9464 maxsimd:0.1.0
 #
+# Without a Docker engine, scripts/image.sh builds the same image with
+# Debian's buildah (base images from debootstrap) and checks it.
+#
 # Where the CUDA toolkit comes from: the `cuda` stage below, whose
 # /usr/local/cuda (CUDA_HOME) is copied into the Debian build stage. Nothing
 # else of that image is used, so any image holding a toolkit works:
-#   - default: CUDA_IMAGE, an NVIDIA CUDA "devel" image. The kernels need
-#     CUDA 12.5 or newer (cudaGetDriverEntryPointByVersion) and are compiled
-#     with 13.0, whose static runtime needs an NVIDIA driver >= 580.
-#       docker build --build-arg CUDA_IMAGE=nvidia/cuda:13.0.1-devel-ubuntu24.04 .
-#   - a toolkit already installed on the build host (BuildKit replaces the
-#     `cuda` stage with a named build context):
+#   - default: CUDA_IMAGE, an NVIDIA CUDA "devel" image. CUDA 12.4 or newer
+#     builds the kernels; this image is built with 13.0, whose static
+#     runtime needs an NVIDIA driver >= 580 (12.x: >= 525, the 12.x
+#     minor-version compatibility).
+#       docker build --build-arg CUDA_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04 .
+#   - a toolkit already installed on the build host (BuildKit or buildah
+#     replace the `cuda` stage with a named build context):
 #       docker build --build-context cuda=/usr/local/cuda-13.0 \
 #         --build-arg CUDA_HOME=/ .
-# Other build arguments: CUDA_GENCODE (nvcc -gencode flags; sm_90a, Hopper,
-# by default) and BUILD_JOBS (parallel compile jobs; 0 = all cores).
+# Other build arguments: CUDA_ARCHS (cmake/MaxsimdCudaArchs.cmake; default
+# "all": machine code for sm_80, sm_86, sm_89 and sm_90a, the A100 / A10 /
+# L4 / L40S / RTX 4090 / H100 class, plus compute_90 PTX that newer GPUs
+# compile at load) and BUILD_JOBS (parallel compile jobs; 0 = all cores).
 #
 # The runtime stage has no toolkit: CUDA's runtime is linked statically, and
 # the driver library (libcuda.so.1) is mounted by the NVIDIA Container
 # Toolkit. deploy/check_image_deps.py checks (as a ctest test) that its apt
-# package list covers every shared library the binaries need.
+# package list covers every shared library the binaries need. Its binaries
+# come from the `binaries` stage, which `--build-context binaries=DIR` (DIR
+# holding bin/maxsimd, bin/maxsimctl, bin/maxsimd_health) replaces, so that
+# the runtime stage builds from binaries built elsewhere (CI does, with
+# scripts/image.sh runtime) without the build stage.
 
 ARG CUDA_IMAGE=nvidia/cuda:13.0.1-devel-ubuntu24.04
 
@@ -35,19 +45,16 @@ ARG CUDA_HOME=/usr/local/cuda
 COPY --from=cuda ${CUDA_HOME}/ /usr/local/cuda/
 ENV PATH=/usr/local/cuda/bin:${PATH}
 WORKDIR /src
-# The dependency layer is cached apart from the sources.
-# policy-rc.d keeps package scripts from starting services (prometheus,
-# which install_deps.sh installs for promtool) inside the build.
+# The dependency layer (the build packages alone) is cached apart from the
+# sources.
 COPY scripts/install_deps.sh scripts/
-RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d \
- && chmod +x /usr/sbin/policy-rc.d \
- && bash scripts/install_deps.sh && rm -rf /var/lib/apt/lists/*
+RUN bash scripts/install_deps.sh --build && rm -rf /var/lib/apt/lists/*
 COPY . .
-ARG CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a"
+ARG CUDA_ARCHS=all
 ARG BUILD_JOBS=0
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DMAXSIMD_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-      -DMAXSIMD_CUDA_GENCODE="${CUDA_GENCODE}" \
+      -DMAXSIMD_CUDA_ARCHS="${CUDA_ARCHS}" \
       -DMAXSIMD_BUILD_TESTS=OFF -DMAXSIMD_BUILD_BENCH=OFF \
       -DMAXSIMD_FAULT_INJECTION=OFF \
  && jobs="${BUILD_JOBS}" && if [ "$jobs" = 0 ]; then jobs="$(nproc)"; fi \
@@ -55,6 +62,11 @@ RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       --target maxsimd maxsimctl maxsimd_health \
  && scripts/bundle.sh build /opt/maxsimd \
       server/maxsimd client/maxsimctl client/maxsimd_health
+
+# ---------------------------------------------------------------------------
+# The runtime stage's binaries (replaceable: --build-context binaries=DIR).
+FROM scratch AS binaries
+COPY --from=build /opt/maxsimd/bin/ /bin/
 
 # ---------------------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
@@ -83,7 +95,7 @@ RUN groupadd --system --gid 10001 maxsimd \
  && mkdir -p /var/lib/maxsimd/data /var/lib/maxsimd/files \
  && chown -R maxsimd:maxsimd /var/lib/maxsimd
 # Binaries only: their libraries come from the packages above.
-COPY --from=build /opt/maxsimd/bin/ /usr/local/bin/
+COPY --from=binaries /bin/ /usr/local/bin/
 
 # The NVIDIA Container Toolkit mounts the driver for these.
 ENV NVIDIA_VISIBLE_DEVICES=all \

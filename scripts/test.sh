@@ -12,6 +12,16 @@ JOBS="${JOBS:-$(nproc)}"
 
 "$ROOT/scripts/install_deps.sh"
 
+# The image check's base images (debootstrap: mostly download and disk, few
+# cycles) are made meanwhile, in the background; the check waits for them.
+IMAGE_BASE_LOG="$BUILD_DIR-image-base.log"
+IMAGE_BASE_PID=""
+if [[ -z ${SKIP_IMAGE:-} ]]; then
+  mkdir -p "$(dirname "$IMAGE_BASE_LOG")"
+  bash "$ROOT/scripts/image.sh" base --debian >"$IMAGE_BASE_LOG" 2>&1 &
+  IMAGE_BASE_PID=$!
+fi
+
 echo "== format check (clang-format, Google style)"
 "$ROOT/scripts/check_format.sh"
 
@@ -37,6 +47,21 @@ echo "== build"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "== test"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
+
+# The image's runtime stage from this build's binaries, built with buildah
+# (base from debootstrap), and its entrypoint run in the image's root file
+# system as the image's user: HEALTHCHECK SERVING, a rerank, SIGTERM exits 0.
+# SKIP_IMAGE=1 leaves it out, for a quicker local run.
+if [[ -z ${SKIP_IMAGE:-} ]]; then
+  echo "== image: runtime stage with buildah, entrypoint check"
+  if ! wait "$IMAGE_BASE_PID"; then
+    cat "$IMAGE_BASE_LOG" >&2
+    echo "test.sh: the image's base images failed" >&2
+    exit 1
+  fi
+  cat "$IMAGE_BASE_LOG"
+  bash "$ROOT/scripts/image.sh" ci "$BUILD_DIR"
+fi
 
 # A short run of every libFuzzer target (tests/fuzz), built with clang-14 in
 # a build directory of its own; it replays the seed corpus and its crash
