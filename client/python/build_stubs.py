@@ -15,6 +15,11 @@ defaults to ``client/python`` itself, which puts the stubs inside the package
 (``client/python/maxsimd/v1/``, git-ignored). With any other OUT_DIR, point
 the package at it with ``MAXSIMD_STUBS_DIR=OUT_DIR``.
 
+The .proto files (the folder holding ``maxsimd/v1/``) are, first found wins:
+``--proto-dir``, ``$MAXSIMD_PROTO_DIR``, ``proto/`` next to this file (an
+unpacked sdist, which carries a copy) and ``../../proto`` (a checkout).
+setup.py calls ``generate`` while building a wheel.
+
 This file imports nothing from the ``maxsimd`` package, so that it runs before
 the stubs exist (the package cannot be imported without them).
 """
@@ -26,14 +31,37 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_PROTO_DIR = HERE.parent.parent / "proto"
+# Where an sdist carries its copy of the protos, relative to this file.
+SDIST_PROTO_DIR = "proto"
+CHECKOUT_PROTO_DIR = HERE.parent.parent / "proto"
 PROTO_FILES = ("types.proto", "reranker.proto", "admin.proto")
 # The subpackage the generated code imports itself as (from the proto
 # package maxsimd.v1): it must sit under the ``maxsimd`` package.
 PROTO_SUBDIR = Path("maxsimd") / "v1"
+
+
+def proto_sources(proto_root: os.PathLike | str) -> List[Path]:
+    """The .proto files under ``proto_root``, in import order."""
+    return [Path(proto_root) / PROTO_SUBDIR / name for name in PROTO_FILES]
+
+
+def find_proto_dir(explicit: Optional[os.PathLike | str] = None) -> Path:
+    """The folder holding ``maxsimd/v1/*.proto`` (see the module comment)."""
+    candidates = [Path(p) for p in (explicit,
+                                    os.environ.get("MAXSIMD_PROTO_DIR"))
+                  if p]
+    if candidates:  # named by the caller: used as it is, or reported
+        return candidates[0]
+    for root in (HERE / SDIST_PROTO_DIR, CHECKOUT_PROTO_DIR):
+        if all(p.is_file() for p in proto_sources(root)):
+            return root
+    raise SystemExit(
+        f"build_stubs: no maxsimd/v1/*.proto under {HERE / SDIST_PROTO_DIR} "
+        f"or {CHECKOUT_PROTO_DIR}; pass --proto-dir or set "
+        "MAXSIMD_PROTO_DIR to the folder holding maxsimd/")
 
 
 def generate(out_dir: os.PathLike | str,
@@ -50,8 +78,8 @@ def generate(out_dir: os.PathLike | str,
         raise SystemExit(
             "build_stubs: grpc_tools is missing; on Debian/Ubuntu install "
             "python3-grpc-tools (scripts/install_deps.sh does)") from e
-    proto_root = Path(proto_dir) if proto_dir else DEFAULT_PROTO_DIR
-    sources = [proto_root / PROTO_SUBDIR / name for name in PROTO_FILES]
+    proto_root = find_proto_dir(proto_dir)
+    sources = proto_sources(proto_root)
     for source in sources:
         if not source.is_file():
             raise SystemExit(f"build_stubs: {source} not found "
@@ -83,9 +111,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("out_dir", nargs="?", default=str(HERE),
                         help="where maxsimd/v1/ is written "
                              "(default: %(default)s)")
-    parser.add_argument("--proto-dir", default=str(DEFAULT_PROTO_DIR),
-                        help="folder holding maxsimd/v1/*.proto "
-                             "(default: %(default)s)")
+    parser.add_argument("--proto-dir", default=None,
+                        help="folder holding maxsimd/v1/*.proto (default: "
+                             "$MAXSIMD_PROTO_DIR, the sdist's proto/, or "
+                             "the checkout's proto/)")
     args = parser.parse_args(argv)
     target = generate(args.out_dir, args.proto_dir)
     print(f"build_stubs: wrote {target}")

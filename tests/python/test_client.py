@@ -1,24 +1,23 @@
 """The Python client (client/python) against live maxsimd servers.
 
-Starts the server binary (``MAXSIMD_SERVER_BIN``, default
-``build-sched/server/maxsimd``) on free ports with the CPU backend, fills
-corpora through the admin API from numpy arrays, and checks every query path
-against a numpy MaxSim reference: ids and scores, tie-tolerant (an id set
-where scores tie). Also: error codes, deadlines, retries on UNAVAILABLE,
-client-side sharding over two servers, and the PyLate example.
+Starts the server binary (``MAXSIMD_SERVER_BIN``) on free ports with the CPU
+backend, fills corpora through the admin API from numpy arrays, and checks
+every query path against a numpy MaxSim reference: ids and scores,
+tie-tolerant (an id set where scores tie). Also: error codes, deadlines,
+retries on UNAVAILABLE, typed admin results (snapshots and imports under
+--files_dir included), message limits (a RerankBatch answer above gRPC's
+default 4 MiB; a multi-MiB AddDocuments load to a server whose limit is
+1 MiB), client-side sharding over two servers (torch inputs included), and
+the PyLate example.
 
-Stubs: ``MAXSIMD_STUBS_DIR`` when set (ctest generates them into the build
-folder); otherwise they are generated into a temporary folder first, so that
-``python3 -m unittest tests/python/test_client.py`` also runs by itself.
+Servers, stubs and the numpy reference come from ``support.py``.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -28,29 +27,25 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGE_DIR = REPO / "client" / "python"
-SERVER_BIN = os.environ.get("MAXSIMD_SERVER_BIN",
-                            str(REPO / "build-sched" / "server" / "maxsimd"))
-_TMP = tempfile.TemporaryDirectory(prefix="maxsimd-pytest-")
-
-sys.path.insert(0, str(PACKAGE_DIR))
-if not os.environ.get("MAXSIMD_STUBS_DIR"):
-    import build_stubs  # noqa: E402
-
-    build_stubs.generate(_TMP.name)
-    os.environ["MAXSIMD_STUBS_DIR"] = _TMP.name
+import support  # noqa: I100 - puts the package and its stubs on the path
+from support import (PACKAGE_DIR, SEED, TMP, ServerProcess, free_port, unit,
+                     reference_scores)
 
 import grpc  # noqa: E402
 
 import maxsimd  # noqa: E402
+from maxsimd._calls import DocumentLoad  # noqa: E402
 from maxsimd._encode import to_bfloat16_bits  # noqa: E402
 from maxsimd._pb import (reranker_pb2, reranker_pb2_grpc,  # noqa: E402
                          types_pb2)
 
+try:
+    import torch
+except ImportError:  # the torch cases skip; everything else runs
+    torch = None
+
 DIM = 64
 NUM_DOCS = 240
-SEED = int(os.environ.get("MAXSIMD_TEST_SEED", "20240611"))
 # Scores are fp32 sums of fp32 x fp16 products on both sides; only the
 # summation order differs.
 ATOL = 1e-4
@@ -59,105 +54,33 @@ ATOL = 1e-4
 # --------------------------------------------------------------------------
 # Servers
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """One maxsimd child process on a free port (CPU backend)."""
-
-    def __init__(self, port: Optional[int] = None, *flags: str) -> None:
-        self.port = port or free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        self.log_path = Path(_TMP.name) / f"server-{self.port}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [SERVER_BIN, f"--listen={self.target}", "--metrics_listen=",
-                 "--cpu", "--log_level=warn", "--max_queue_delay=0",
-                 "--drain_timeout=1s", *flags],
-                stdout=log, stderr=subprocess.STDOUT)
-
-    @classmethod
-    def start(cls, *flags: str) -> "ServerProcess":
-        """Starts and waits for SERVING; a new port if the first was taken."""
-        last = ""
-        for _ in range(3):
-            server = cls(None, *flags)
-            try:
-                server.wait_serving()
-                return server
-            except Exception as e:  # noqa: BLE001 - retried, then reported
-                last = f"{e}\n{server.log()}"
-                server.stop()
-        raise RuntimeError(f"maxsimd did not start: {last}")
-
-    def wait_serving(self, timeout: float = 30.0) -> None:
-        with maxsimd.Client(self.target) as client:
-            deadline = time.monotonic() + timeout
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"exited with status {self.proc.returncode}")
-                try:
-                    client.wait_until_serving(timeout=0.5)
-                    return
-                except maxsimd.DeadlineExceededError:
-                    if time.monotonic() > deadline:
-                        raise
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 SERVERS: Dict[str, ServerProcess] = {}
+# The server-side files of "whole" (--files_dir): snapshots and imports.
+FILES_DIR = Path(TMP.name) / "files"
+# The message limit of "small" (--max_message_bytes).
+SMALL_LIMIT = 1 << 20
 
 
 def setUpModule() -> None:  # noqa: N802 - unittest's name
-    if not os.access(SERVER_BIN, os.X_OK):
-        raise RuntimeError(f"server binary {SERVER_BIN} not found; build it "
-                           "or set MAXSIMD_SERVER_BIN")
-    for name in ("whole", "shard0", "shard1"):
+    FILES_DIR.mkdir(exist_ok=True)
+    SERVERS["whole"] = ServerProcess.start(f"--files_dir={FILES_DIR}")
+    for name in ("shard0", "shard1"):
         SERVERS[name] = ServerProcess.start()
+    SERVERS["small"] = ServerProcess.start(
+        f"--max_message_bytes={SMALL_LIMIT}")
 
 
 def tearDownModule() -> None:  # noqa: N802
     for server in SERVERS.values():
         server.stop()
-    _TMP.cleanup()
 
 
 # --------------------------------------------------------------------------
 # Data and the numpy reference
 
 
-def unit(x: np.ndarray) -> np.ndarray:
-    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
-
-
 def make_docs(rng: np.random.Generator, n: int) -> List[np.ndarray]:
-    """Documents of 1..40 tokens (one-token documents included)."""
-    return [unit(rng.standard_normal((int(rng.integers(1, 41)), DIM)))
-            for _ in range(n)]
-
-
-def reference_scores(query: np.ndarray, docs: Sequence[np.ndarray]
-                     ) -> np.ndarray:
-    """MaxSim of the query against documents stored as fp16, in float64."""
-    q = query.astype(np.float64)
-    return np.array([(q @ d.astype(np.float16).astype(np.float64).T)
-                     .max(axis=1).sum() for d in docs])
+    return support.make_docs(rng, n, DIM)
 
 
 class Fixture(unittest.TestCase):
@@ -457,7 +380,7 @@ class TlsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.dir = Path(_TMP.name)
+        cls.dir = Path(TMP.name)
         cls.key, cls.cert = cls.dir / "tls.key", cls.dir / "tls.pem"
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
@@ -523,16 +446,24 @@ class AdminTest(Fixture):
         name = "py_admin"
         info = self.client.create_corpus(name, 8, storage_dtype="bfloat16",
                                          normalize=True)
-        self.assertEqual(info.dim, 8)
-        self.assertEqual(info.storage_dtype, types_pb2.DTYPE_BFLOAT16)
+        # Typed results: dataclasses with enums by short name, not
+        # protobuf messages.
+        self.assertIsInstance(info, maxsimd.CorpusInfo)
+        self.assertEqual((info.name, info.dim, info.storage_dtype,
+                          info.layout, info.normalize, info.num_documents),
+                         (name, 8, "bfloat16", "dense", True, 0))
         with self.assertRaises(maxsimd.AlreadyExistsError):
             self.client.create_corpus(name, 8)
         with self.assertRaises(maxsimd.InvalidArgumentError):
             self.client.create_corpus("x", 8, layout="sparse")
         docs = [np.ones((n, 8), np.float32) for n in (1, 2, 3)]
         added = self.client.add_documents(name, ["a", "b", "c"], docs)
+        self.assertIsInstance(added, maxsimd.AddResult)
+        self.assertIsInstance(added.corpus, maxsimd.CorpusInfo)
         self.assertEqual(added.added, 3)
         self.assertEqual(added.corpus.num_tokens, 6)
+        self.assertEqual(added.corpus.num_documents, 3)
+        self.assertEqual(added.corpus.storage_dtype, "bfloat16")
         with self.assertRaises(maxsimd.AlreadyExistsError):
             self.client.add_documents(name, ["a"], docs[:1])
         with self.assertRaises(maxsimd.InvalidArgumentError):
@@ -551,10 +482,14 @@ class AdminTest(Fixture):
 
         deleted = self.client.delete_documents(name, ["a", "zz"],
                                                ignore_missing=True)
-        self.assertEqual((deleted.deleted, deleted.missing), (1, 1))
+        self.assertEqual(deleted, maxsimd.DeleteResult(deleted=1, missing=1))
         with self.assertRaises(maxsimd.NotFoundError):
             self.client.delete_documents(name, ["zz"])
-        self.assertIn(name, [c.name for c in self.client.list_corpora()])
+        listed = {c.name: c for c in self.client.list_corpora()}
+        self.assertIsInstance(listed[name], maxsimd.CorpusInfo)
+        self.assertEqual(listed[name].num_documents, 2)
+        self.assertEqual(listed[name].num_deleted, 1)
+        self.assertEqual(listed[name], self.client.get_corpus(name))
         self.client.delete_alias("py_alias")
         self.client.drop_corpus(name)
         with self.assertRaises(maxsimd.NotFoundError):
@@ -572,6 +507,207 @@ class AdminTest(Fixture):
         self.assertIn("level", str(raised.exception))
         self.assertEqual(self.client.get_log_level(), "warn")
         self.assertEqual(self.client.set_log_level(before), "warn")
+
+    def test_snapshot_load_and_import(self) -> None:
+        # SnapshotCorpus answers the document count, LoadCorpus the new
+        # corpus's CorpusInfo, ImportDocuments an AddResult.
+        path = "snapshots/py_docs"
+        count = self.client.snapshot_corpus(self.corpus, path)
+        self.assertIs(type(count), int)
+        self.assertEqual(count, NUM_DOCS)
+        with self.assertRaises(maxsimd.AlreadyExistsError):
+            self.client.snapshot_corpus(self.corpus, path)
+        loaded = self.client.load_corpus(path, "py_docs_loaded")
+        try:
+            self.assertIsInstance(loaded, maxsimd.CorpusInfo)
+            self.assertEqual((loaded.name, loaded.dim, loaded.num_documents),
+                             ("py_docs_loaded", DIM, NUM_DOCS))
+            self.assertEqual(loaded.num_tokens,
+                             self.client.get_corpus(self.corpus).num_tokens)
+            q = self.query()
+            want = self.client.rerank(self.corpus, q, top_k=10)
+            got = self.client.rerank("py_docs_loaded", q, top_k=10)
+            self.assertEqual(got.str_ids, want.str_ids)
+            np.testing.assert_array_equal(got.scores, want.scores)
+        finally:
+            self.client.drop_corpus("py_docs_loaded")
+        with self.assertRaises(maxsimd.NotFoundError):
+            self.client.load_corpus("snapshots/none")
+
+        docs = self.docs[:5]
+        np.save(FILES_DIR / "tokens.npy", np.concatenate(docs))
+        np.save(FILES_DIR / "cu_seqlens.npy", np.concatenate(
+            [[0], np.cumsum([len(d) for d in docs])]).astype(np.int64))
+        (FILES_DIR / "ids.txt").write_text("".join(
+            f"imp-{i}\n" for i in range(5)))
+        self.client.create_corpus("py_imported", DIM)
+        try:
+            added = self.client.import_documents(
+                "py_imported", tokens_npy="tokens.npy",
+                cu_seqlens_npy="cu_seqlens.npy", ids="ids.txt")
+            self.assertIsInstance(added, maxsimd.AddResult)
+            self.assertEqual((added.added, added.corpus.num_documents,
+                              added.corpus.num_tokens),
+                             (5, 5, sum(len(d) for d in docs)))
+            q = self.query()
+            result = self.client.rerank("py_imported", q, top_k=5)
+            ref = reference_scores(q, docs)
+            np.testing.assert_allclose(result.scores, np.sort(ref)[::-1],
+                                       atol=ATOL)
+        finally:
+            self.client.drop_corpus("py_imported")
+
+
+# --------------------------------------------------------------------------
+# Message limits
+
+
+class MessageLimitTest(unittest.TestCase):
+    """A RerankBatch answer of about 5 MiB: above gRPC's default receive
+    limit, received by a Client with default options."""
+
+    corpus = "py_long_ids"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.rng = np.random.default_rng(SEED)
+        cls.target = SERVERS["whole"].target
+        cls.client = maxsimd.Client(cls.target)
+        cls.ids = support.long_ids()
+        cls.docs = support.large_corpus(cls.rng)
+        cls.client.create_corpus(cls.corpus, support.LARGE_DIM)
+        cls.client.add_documents(cls.corpus, cls.ids, cls.docs)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.client.drop_corpus(cls.corpus)
+        cls.client.close()
+
+    def test_large_batch_answer(self) -> None:
+        queries = support.large_queries(self.rng)
+        top_k = support.LARGE_TOP_K
+        request = reranker_pb2.RerankBatchRequest(queries=[
+            self.client.to_request(maxsimd.Query(self.corpus, q, None, top_k))
+            for q in queries])
+        # A plain gRPC channel refuses the answer: it is above 4 MiB.
+        with grpc.insecure_channel(self.target) as channel:
+            with self.assertRaises(grpc.RpcError) as cm:
+                reranker_pb2_grpc.RerankerStub(channel).RerankBatch(
+                    request, timeout=60)
+        self.assertEqual(cm.exception.code(),
+                         grpc.StatusCode.RESOURCE_EXHAUSTED)
+        with grpc.insecure_channel(self.target, options=[
+                ("grpc.max_receive_message_length", 64 << 20)]) as channel:
+            raw = reranker_pb2_grpc.RerankerStub(channel).RerankBatch(
+                request, timeout=60)
+        self.assertGreater(raw.ByteSize(), support.GRPC_DEFAULT_RECEIVE_BYTES)
+
+        # The client's default limits follow the server's (64 MiB).
+        results = self.client.rerank_batch(self.corpus, queries, top_k=top_k)
+        self.assertEqual(len(results), len(queries))
+        for q, r, want in zip(queries, results, raw.results):
+            self.assertEqual(r.str_ids, [d.id for d in want.results])
+            self.assertEqual(sorted(r.str_ids), self.ids)
+            ref = reference_scores(q, self.docs)
+            np.testing.assert_allclose(r.scores, np.sort(ref)[::-1],
+                                       atol=ATOL)
+
+        self.assertEqual(maxsimd.DEFAULT_MAX_MESSAGE_BYTES, 64 << 20)
+        # Overridable: a smaller limit, by argument or channel option.
+        for kwargs in ({"max_message_bytes": 4 << 20},
+                       {"channel_options": [
+                           ("grpc.max_receive_message_length", 1 << 20)]}):
+            with maxsimd.Client(self.target, **kwargs) as small:
+                with self.assertRaises(maxsimd.ResourceExhaustedError):
+                    small.rerank_batch(self.corpus, queries, top_k=top_k)
+                # Small answers still pass.
+                self.assertEqual(len(small.rerank(self.corpus, queries[0],
+                                                  top_k=3)), 3)
+
+
+class AddDocumentsLimitTest(unittest.TestCase):
+    """add_documents against a server whose --max_message_bytes is 1 MiB:
+    the client cuts a multi-MiB load to its own (matching) limit, and
+    refuses a document that no message of that size can hold."""
+
+    corpus = "py_small_messages"
+    dim = 256
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
+        cls.rng = np.random.default_rng(SEED)
+        cls.target = SERVERS["small"].target
+
+    def docs(self, *tokens: int) -> List[np.ndarray]:
+        return [unit(self.rng.standard_normal((n, self.dim)))
+                for n in tokens]
+
+    def test_messages_fit_the_limit(self) -> None:
+        # Every message of a load, as encoded, is within the limit (the
+        # client's size bound is an upper bound), carries whole documents
+        # and keeps their order.
+        docs = self.docs(*([64] * 40), 1010, 3, 1010)
+        ids = [f"d{i:03d}" for i in range(len(docs))]
+        load = DocumentLoad(self.corpus, ids, docs, None, None, None,
+                            8 << 20, SMALL_LIMIT)
+        messages = list(load.messages())
+        self.assertGreater(len(messages), 4)
+        self.assertTrue(all(m.ByteSize() <= SMALL_LIMIT for m in messages),
+                        [m.ByteSize() for m in messages])
+        self.assertEqual([i for m in messages for i in m.ids], ids)
+        self.assertEqual([c for m in messages for c in m.token_counts],
+                         [len(d) for d in docs])
+
+    def test_load_above_the_limit(self) -> None:
+        docs = self.docs(*([64] * 48), 1000)  # 4 MiB as float32
+        total = sum(d.nbytes for d in docs)
+        self.assertGreater(total, 3 * SMALL_LIMIT)
+        ids = list(range(len(docs)))
+        # The server's limit is in force: a client whose own limit is the
+        # 64 MiB default sends 8 MiB messages, which the server refuses.
+        with maxsimd.Client(self.target) as loose:
+            loose.create_corpus(self.corpus, self.dim)
+            try:
+                with self.assertRaises(maxsimd.ResourceExhaustedError):
+                    loose.add_documents(self.corpus, ids, docs)
+            finally:
+                loose.drop_corpus(self.corpus)
+        with maxsimd.Client(self.target,
+                            max_message_bytes=SMALL_LIMIT) as client:
+            client.create_corpus(self.corpus, self.dim)
+            try:
+                added = client.add_documents(self.corpus, ids, docs)
+                self.assertEqual(added.added, len(docs))
+                self.assertEqual(added.corpus.num_tokens,
+                                 sum(len(d) for d in docs))
+                q = docs[-1][:4]
+                result = client.rerank(self.corpus, q, top_k=5)
+                ref = reference_scores(q, docs)
+                np.testing.assert_allclose(result.scores,
+                                           np.sort(ref)[::-1][:5], atol=ATOL)
+                self.assertEqual(result.ids[0], len(docs) - 1)
+
+                # One document larger than a message: refused before any
+                # call, naming it and the limit; the corpus is unchanged.
+                big = self.docs(1100)  # 1.07 MiB as float32
+                with self.assertRaises(ValueError) as cm:
+                    client.add_documents(self.corpus, ["small", "big"],
+                                         self.docs(2) + big)
+                self.assertIsInstance(cm.exception,
+                                      maxsimd.InvalidArgumentError)
+                message = str(cm.exception)
+                self.assertIn("document 1", message)
+                self.assertIn("'big'", message)
+                self.assertIn(str(SMALL_LIMIT), message)
+                self.assertEqual(client.get_corpus(self.corpus).num_documents,
+                                 len(docs))
+                # As float16 it fits.
+                added = client.add_documents(self.corpus, ["big"], big,
+                                             send_dtype="float16")
+                self.assertEqual(added.added, 1)
+            finally:
+                client.drop_corpus(self.corpus)
 
 
 # --------------------------------------------------------------------------
@@ -628,6 +764,75 @@ class ShardedTest(Fixture):
             sharded.drop_corpus(self.corpus)
 
 
+class RecordingStreamInterceptor(grpc.StreamUnaryClientInterceptor):
+    """Records the tokens' wire dtype of every AddDocuments message."""
+
+    def __init__(self) -> None:
+        self.dtypes: List[int] = []
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        def recorded():
+            for request in requests:
+                self.dtypes.append(request.tokens.dtype)
+                yield request
+        return continuation(details, recorded())
+
+
+class ShardedTorchTest(Fixture):
+
+    @unittest.skipIf(torch is None, "torch is not importable")
+    def test_bfloat16_tensors_that_require_grad(self) -> None:
+        corpus = "py_sharded_torch"
+        docs = self.docs[:24]
+        bf16 = [torch.from_numpy(d).to(torch.bfloat16).requires_grad_()
+                for d in docs]
+        stored = [t.detach().double().numpy() for t in bf16]
+        cu = torch.tensor([0] + np.cumsum([len(d) for d in docs[12:]])
+                          .tolist())
+        ragged = torch.cat([t.detach() for t in bf16[12:]]).requires_grad_()
+        recorder = RecordingStreamInterceptor()
+        targets = [SERVERS["shard0"].target, SERVERS["shard1"].target]
+        with maxsimd.ShardedClient(targets,
+                                   interceptors=[recorder]) as sharded:
+            sharded.create_corpus(corpus, DIM)
+            try:
+                # A list of tensors, then ragged tokens + cu_seqlens (as
+                # keywords and as the docs tuple).
+                self.assertEqual(sharded.add_documents(
+                    corpus, torch.arange(12), bf16[:12]), 12)
+                self.assertEqual(sharded.add_documents(
+                    corpus, np.arange(12, 18),
+                    tokens=ragged[:int(cu[6])], cu_seqlens=cu[:7]), 6)
+                tail = ragged[int(cu[6]):]
+                self.assertEqual(sharded.add_documents(
+                    corpus, list(range(18, 24)),
+                    (tail, cu[6:] - cu[6])), 6)
+                # bfloat16 travels as bfloat16.
+                self.assertTrue(recorder.dtypes)
+                self.assertEqual(set(recorder.dtypes),
+                                 {types_pb2.DTYPE_BFLOAT16})
+                sizes = [c.num_documents for c in sharded.get_corpus(corpus)]
+                self.assertEqual(sum(sizes), 24)
+                self.assertTrue(all(s > 0 for s in sizes), sizes)
+                q = self.query()
+                result = sharded.rerank(corpus, q, top_k=24)
+                ref = reference_scores(q, stored)
+                np.testing.assert_allclose(result.scores, np.sort(ref)[::-1],
+                                           atol=ATOL)
+                by_id = dict(enumerate(ref.tolist()))
+                for doc_id, score in zip(result.ids.tolist(),
+                                         result.scores.tolist()):
+                    self.assertAlmostEqual(score, by_id[doc_id], delta=ATOL)
+                # A bad document is refused before any shard adds its part.
+                with self.assertRaises(maxsimd.InvalidArgumentError):
+                    sharded.add_documents(corpus, [100, 101], [
+                        bf16[0], torch.ones(3, DIM + 1)])
+                self.assertEqual(sum(c.num_documents for c in
+                                     sharded.get_corpus(corpus)), 24)
+            finally:
+                sharded.drop_corpus(corpus)
+
+
 # --------------------------------------------------------------------------
 # The example
 
@@ -635,11 +840,14 @@ class ShardedTest(Fixture):
 class ExampleTest(unittest.TestCase):
 
     def test_pylate_example_runs(self) -> None:
+        # The example imports the package as installed; from the checkout,
+        # PYTHONPATH stands in for the installation.
         script = PACKAGE_DIR / "examples" / "pylate_rerank.py"
+        env = dict(os.environ, PYTHONPATH=str(PACKAGE_DIR))
         out = subprocess.run(
             [sys.executable, str(script), "--target", SERVERS["whole"].target,
              "--docs", "300", "--queries", "3", "--candidates", "50"],
-            capture_output=True, text=True, timeout=120, env=os.environ.copy())
+            capture_output=True, text=True, timeout=120, env=env)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("rankings match", out.stdout)
         self.assertIn("loaded 300 documents", out.stdout)

@@ -15,9 +15,16 @@ query tokens, 20-120 tokens per document), so the example needs only numpy
 and the maxsimd package. It checks that both rankings agree and exits
 non-zero if they do not.
 
+It imports the installed ``maxsimd`` package (client/python/README.md,
+"Install"):
+
     python3 client/python/examples/pylate_rerank.py --target 127.0.0.1:50051
     python3 client/python/examples/pylate_rerank.py \
         --spawn build/server/maxsimd
+
+From a checkout without installing, put the package on the path yourself:
+``PYTHONPATH=client/python`` (with the stubs built in place, or
+``MAXSIMD_STUBS_DIR`` set).
 """
 
 from __future__ import annotations
@@ -27,15 +34,11 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
-# Run from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import maxsimd  # noqa: E402
+import maxsimd
 
 Ranking = List[Dict[str, Union[int, float]]]
 

@@ -11,7 +11,7 @@ argument caught on the client side, before any call, is the same
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 import grpc
 
@@ -44,7 +44,7 @@ class MaxsimdError(Exception):
                  if self.attempts > 1 else "")
         return f"{where}{self.code.name}: {self.details}{tries}"
 
-    def __reduce__(self):  # keeps the error picklable across processes
+    def __reduce__(self) -> Tuple[Any, ...]:  # picklable across processes
         return (_rebuild, (type(self), self.code.value[0], self.details,
                            self.method, self.attempts))
 

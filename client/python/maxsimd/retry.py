@@ -14,10 +14,11 @@ makes a call slower than the deadline its caller asked for.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, FrozenSet, Optional, TypeVar
+from typing import Awaitable, Callable, FrozenSet, Optional, TypeVar
 
 import grpc
 
@@ -65,6 +66,35 @@ class RetryPolicy:
         return base * (1.0 - self.jitter * rng.random())
 
 
+def retry_wait(policy: RetryPolicy, error: grpc.RpcError, tries: int,
+               deadline: Optional[float], retryable: bool,
+               rng: random.Random) -> Optional[float]:
+    """Seconds to wait before trying again after attempt ``tries`` failed
+    with ``error``, or None to give up. ``deadline`` is on
+    ``time.monotonic()``'s clock (None: no deadline). Shared by the
+    blocking and the asyncio retry loops, so that both decide alike."""
+    code = error.code() if hasattr(error, "code") else None
+    if not retryable or code not in policy.codes or \
+            tries >= policy.max_attempts:
+        return None
+    wait = policy.backoff(tries - 1, rng)
+    if deadline is not None and time.monotonic() + wait >= deadline:
+        return None
+    return wait
+
+
+def remaining(deadline: Optional[float]) -> Optional[float]:
+    """The time left to ``deadline`` (None: no deadline), never negative.
+
+    A spent deadline is still handed to gRPC, which answers
+    DEADLINE_EXCEEDED itself, so that the error looks the same whichever
+    side noticed.
+    """
+    if deadline is None:
+        return None
+    return max(0.0, deadline - time.monotonic())
+
+
 def call_with_retry(attempt: Callable[[Optional[float]], T], *,
                     method: str, policy: RetryPolicy,
                     timeout: Optional[float], retryable: bool = True,
@@ -82,25 +112,36 @@ def call_with_retry(attempt: Callable[[Optional[float]], T], *,
     tries = 0
     while True:
         tries += 1
-        remaining = None
-        if deadline is not None:
-            # A spent deadline is still handed to gRPC, which answers
-            # DEADLINE_EXCEEDED itself, so that the error looks the same
-            # whichever side noticed.
-            remaining = max(0.0, deadline - time.monotonic())
         try:
-            return attempt(remaining)
+            return attempt(remaining(deadline))
         except grpc.RpcError as e:
-            code = e.code() if hasattr(e, "code") else None
-            last = tries >= policy.max_attempts
-            if not retryable or code not in policy.codes or last:
-                raise from_rpc_error(e, method=method,
-                                     attempts=tries) from None
-            wait = policy.backoff(tries - 1, rng)
-            if deadline is not None and time.monotonic() + wait >= deadline:
+            wait = retry_wait(policy, e, tries, deadline, retryable, rng)
+            if wait is None:
                 raise from_rpc_error(e, method=method,
                                      attempts=tries) from None
             sleep(wait)
 
 
-__all__ = ["MaxsimdError", "RetryPolicy", "call_with_retry"]
+async def call_with_retry_async(
+        attempt: Callable[[Optional[float]], Awaitable[T]], *, method: str,
+        policy: RetryPolicy, timeout: Optional[float], retryable: bool = True,
+        rng: Optional[random.Random] = None) -> T:
+    """``call_with_retry`` for grpc.aio: ``attempt`` returns an awaitable
+    and the backoff is an ``asyncio.sleep``, so other tasks run meanwhile."""
+    rng = rng or random.Random()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await attempt(remaining(deadline))
+        except grpc.RpcError as e:
+            wait = retry_wait(policy, e, tries, deadline, retryable, rng)
+            if wait is None:
+                raise from_rpc_error(e, method=method,
+                                     attempts=tries) from None
+            await asyncio.sleep(wait)
+
+
+__all__ = ["MaxsimdError", "RetryPolicy", "call_with_retry",
+           "call_with_retry_async", "remaining", "retry_wait"]

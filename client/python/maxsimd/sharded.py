@@ -23,16 +23,19 @@ Thread-safety: like Client, a ShardedClient may be shared by many threads.
 from __future__ import annotations
 
 import zlib
+from functools import partial
 from concurrent.futures import (FIRST_EXCEPTION, Future, ThreadPoolExecutor,
                                 wait)
 from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
+from maxsimd._calls import document_rows
 from maxsimd._encode import id_strings
 from maxsimd.client import Client
 from maxsimd.errors import invalid_argument
-from maxsimd.results import IdsLike, Result
+from maxsimd.results import CorpusInfo, IdsLike, Result
 
 T = TypeVar("T")
 
@@ -51,9 +54,9 @@ def merge_results(results: Sequence[Result], top_k: int) -> Result:
     bounds the query's latency.
     """
     ids: List[str] = []
-    scores: List[np.ndarray] = []
-    shard: List[np.ndarray] = []
-    rank: List[np.ndarray] = []
+    scores: List[npt.NDArray[np.float32]] = []
+    shard: List[npt.NDArray[np.int64]] = []
+    rank: List[npt.NDArray[np.int64]] = []
     for s, r in enumerate(results):
         ids.extend(r.str_ids)
         scores.append(np.asarray(r.scores, dtype=np.float32))
@@ -65,8 +68,10 @@ def merge_results(results: Sequence[Result], top_k: int) -> Result:
     else:
         merged_scores = np.concatenate(scores)
         # lexsort sorts by the last key first.
-        order = np.lexsort((np.concatenate(rank), np.concatenate(shard),
-                            -merged_scores))[:top_k]
+        keys: List[npt.NDArray[Any]] = [np.concatenate(rank),
+                                        np.concatenate(shard),
+                                        -merged_scores]
+        order = np.lexsort(keys)[:top_k]
     timings = [r.timing for r in results if r.timing is not None]
     slowest = max(timings, key=lambda t: t.total_ns) if timings else None
     return Result(str_ids=[ids[i] for i in order],
@@ -146,7 +151,7 @@ class ShardedClient:
         back), with the lowest shard index winning among failures seen
         together.
         """
-        futures: List[Future] = [self._pool.submit(fn) for fn in calls]
+        futures: List[Future[T]] = [self._pool.submit(fn) for fn in calls]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:
             if f in done and f.exception() is not None:
@@ -202,62 +207,62 @@ class ShardedClient:
     # ------------------------------------------------------------------
     # Admin, applied to every shard (or routed by id)
 
-    def create_corpus(self, name: str, dim: int, **kwargs: Any) -> List[Any]:
+    def create_corpus(self, name: str, dim: int,
+                      **kwargs: Any) -> List[CorpusInfo]:
         """Creates the corpus on every shard; one CorpusInfo per shard."""
-        return self._fan_out([lambda c=c: c.create_corpus(name, dim, **kwargs)
+        return self._fan_out([partial(c.create_corpus, name, dim, **kwargs)
                               for c in self.clients])
 
     def drop_corpus(self, name: str, **kwargs: Any) -> None:
-        self._fan_out([lambda c=c: c.drop_corpus(name, **kwargs)
+        self._fan_out([partial(c.drop_corpus, name, **kwargs)
                        for c in self.clients])
 
-    def get_corpus(self, name: str, **kwargs: Any) -> List[Any]:
+    def get_corpus(self, name: str, **kwargs: Any) -> List[CorpusInfo]:
         """One CorpusInfo per shard (sum num_documents for the total)."""
-        return self._fan_out([lambda c=c: c.get_corpus(name, **kwargs)
+        return self._fan_out([partial(c.get_corpus, name, **kwargs)
                               for c in self.clients])
 
     def set_alias(self, alias: str, corpus: str, **kwargs: Any) -> None:
         """Points the alias on every shard. Each shard switches atomically,
         but not all at the same instant: for a moment a query may see the
         old corpus on some shards and the new one on others."""
-        self._fan_out([lambda c=c: c.set_alias(alias, corpus, **kwargs)
+        self._fan_out([partial(c.set_alias, alias, corpus, **kwargs)
                        for c in self.clients])
 
     def delete_alias(self, alias: str, **kwargs: Any) -> None:
-        self._fan_out([lambda c=c: c.delete_alias(alias, **kwargs)
+        self._fan_out([partial(c.delete_alias, alias, **kwargs)
                        for c in self.clients])
 
     def add_documents(self, corpus: str, ids: IdsLike, docs: Any = None, *,
                       tokens: Any = None, cu_seqlens: Any = None,
+                      send_dtype: Optional[str] = None,
                       **kwargs: Any) -> int:
         """Routes each document to ``shard_of(id)``; returns the number added.
+
+        Takes the documents in every form ``Client.add_documents`` takes
+        (arrays or tensors of any supported dtype, on any device, requiring
+        grad or not). They are checked and converted once, here, before any
+        shard is called, then split by shard; 16-bit input still travels as
+        16 bits unless ``send_dtype`` (or the clients' own) says otherwise.
 
         Each shard commits its part atomically, but the shards commit
         independently: if one fails, the others may have added theirs
         (retrying the failed shard's part alone is safe).
         """
         id_list = id_strings(ids, "ids")
-        if isinstance(docs, tuple) and len(docs) == 2 and \
-                np.ndim(docs[1]) == 1:
-            tokens, cu_seqlens = docs
-            docs = None
-        if docs is None:
-            if tokens is None or cu_seqlens is None:
-                raise invalid_argument("add_documents takes docs, or tokens "
-                                       "with cu_seqlens")
-            cu = np.asarray(cu_seqlens, dtype=np.int64)
-            t = np.asarray(tokens)
-            docs = [t[cu[i]:cu[i + 1]] for i in range(len(cu) - 1)]
-        if len(docs) != len(id_list):
+        rows, counts, _, natural = document_rows(docs, tokens, cu_seqlens)
+        if len(counts) != len(id_list):
             raise invalid_argument(
-                f"{len(id_list)} ids for {len(docs)} documents")
+                f"{len(id_list)} ids for {len(counts)} documents")
+        send_dtype = send_dtype or self.clients[0].send_dtype or natural
         shard_ids: List[List[str]] = [[] for _ in self.clients]
         shard_docs: List[List[Any]] = [[] for _ in self.clients]
-        for doc_id, doc in zip(id_list, docs):
+        for i, doc_id in enumerate(id_list):
             s = self._shard_of(doc_id, self.num_shards)
             shard_ids[s].append(doc_id)
-            shard_docs[s].append(doc)
-        calls = [lambda c=c, i=i, d=d: c.add_documents(corpus, i, d, **kwargs)
+            shard_docs[s].append(rows(i, i + 1))
+        calls = [lambda c=c, i=i, d=d: c.add_documents(
+                     corpus, i, d, send_dtype=send_dtype, **kwargs)
                  for c, i, d in zip(self.clients, shard_ids, shard_docs) if i]
         return sum(r.added for r in self._fan_out(calls))
 
