@@ -181,8 +181,14 @@ ABSL_FLAG(int64_t, shard_split_bytes, int64_t{8} << 20,
           "whole to the emptiest");
 ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
           "Most bytes of token storage one AddDocuments stream may carry");
+ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
+          "On SIGTERM, how long the server keeps accepting and answering new "
+          "calls after health turns NOT_SERVING, before the drain: set it "
+          "above the time a load balancer that polls health takes to see "
+          "NOT_SERVING; 0 = drain at once");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "On SIGTERM, how long in-flight requests may take to finish");
+          "On SIGTERM, how long in-flight requests may take to finish (after "
+          "--drain_grace)");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug (one line per request), info (adds failed requests "
           "caused by the caller), warn (refused under load or past their "
@@ -290,7 +296,11 @@ int main(int argc, char** argv) {
       o.max_message_bytes > (int64_t{2} << 30) - 1) {
     return Fail("--max_message_bytes must be in [1024, 2147483647]");
   }
+  o.drain_grace = absl::GetFlag(FLAGS_drain_grace);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  if (o.drain_grace < absl::ZeroDuration()) {
+    return Fail("--drain_grace must not be negative");
+  }
   o.request_limits.max_query_tokens = absl::GetFlag(FLAGS_max_query_tokens);
   o.request_limits.max_candidates = absl::GetFlag(FLAGS_max_candidates);
   o.request_limits.max_top_k = absl::GetFlag(FLAGS_max_top_k);

@@ -297,7 +297,7 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   MAXSIMD_ASSIGN_OR_RETURN(s->backend_, options.backend_factory
                                             ? options.backend_factory(options)
                                             : CreateBackend(options));
-  spdlog::info("compute backend: {}", s->backend_->name());
+  spdlog::info("compute backend: {}", s->backend_->description());
 
   s->prom_registry_ = std::make_shared<prometheus::Registry>();
   s->metrics_ =
@@ -451,12 +451,19 @@ void MaxsimServer::SetServing(bool serving) {
 void MaxsimServer::Shutdown() {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  spdlog::info("draining (deadline {})",
-               absl::FormatDuration(options_.drain_timeout));
   stop_.Notify();
   if (health_thread_.joinable()) health_thread_.join();
   if (compaction_thread_.joinable()) compaction_thread_.join();
   SetServing(false);
+  if (options_.drain_grace > absl::ZeroDuration()) {
+    // Still listening and answering: a load balancer that polls health sends
+    // its last calls here until it has seen NOT_SERVING.
+    spdlog::info("health NOT_SERVING; answering new calls for {} more",
+                 absl::FormatDuration(options_.drain_grace));
+    absl::SleepFor(options_.drain_grace);
+  }
+  spdlog::info("draining (deadline {})",
+               absl::FormatDuration(options_.drain_timeout));
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();
   server_->Wait();

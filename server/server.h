@@ -7,10 +7,12 @@
 // loaded, again whenever the backend reports a sticky device failure, and
 // from the start of a drain.
 //
-// Shutdown order: health turns NOT_SERVING, gRPC stops accepting calls and
-// waits up to the drain deadline for calls in flight (the scheduler keeps
-// executing meanwhile, so queued queries finish), then the scheduler stops
-// and the backend is released.
+// Shutdown order: health turns NOT_SERVING; for drain_grace the server still
+// accepts connections and answers every call, so that a load balancer
+// polling health takes the replica out before anything is refused; then
+// gRPC stops accepting calls and waits up to the drain deadline for calls in
+// flight (the scheduler keeps executing meanwhile, so queued queries
+// finish), then the scheduler stops and the backend is released.
 //
 // Security: the gRPC port serves TLS or mutual TLS per ServerOptions::tls,
 // and Admin (and, if asked, Reranker) calls are authenticated per
@@ -107,6 +109,13 @@ struct ServerOptions {
   // (RerankerService); at least 1.
   int rerank_queues = 4;
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default
+  // After health turns NOT_SERVING, how long new calls are still accepted
+  // and answered before the drain begins: at least the time a load balancer
+  // takes to see NOT_SERVING (its check interval times its fall count, plus
+  // one check). 0 = the drain begins at once (Kubernetes takes a pod out of
+  // its endpoints during the preStop hook, before the signal).
+  absl::Duration drain_grace = absl::ZeroDuration();
+  // How long calls in flight when the drain begins may take to finish.
   absl::Duration drain_timeout = absl::Seconds(30);
   // How often a sticky backend failure is looked for (health turns
   // NOT_SERVING).
@@ -135,7 +144,8 @@ class MaxsimServer {
       const ServerOptions& options);
   ~MaxsimServer();
 
-  // Health NOT_SERVING, drain for up to options.drain_timeout, then stop.
+  // Health NOT_SERVING, keep answering for options.drain_grace, drain for up
+  // to options.drain_timeout, then stop. Blocks for up to the two together.
   // Idempotent.
   void Shutdown();
 

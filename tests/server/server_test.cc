@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -688,6 +689,85 @@ TEST_F(ServerTest, ShutdownTurnsHealthNotServingAndRefusesNewCalls) {
   const grpc::Status s = health->Check(&ctx, req, &resp);
   EXPECT_FALSE(s.ok() &&
                resp.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// The whole server's health asked over a new channel (a new connection):
+// the status, or -1 when the call fails.
+int HealthOnNewChannel(int port) {
+  auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  if (!health->Check(&ctx, req, &resp).ok()) return -1;
+  return resp.status();
+}
+
+// A scan of corpus "demo" (dim 8, top 3) over a new channel.
+grpc::Status ScanOnNewChannel(int port, v1::RerankResponse* resp) {
+  auto reranker = v1::Reranker::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const std::vector<float> query(2 * 8, 0.5f);
+  v1::RerankRequest req;
+  req.set_corpus("demo");
+  req.set_top_k(3);
+  req.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+  req.mutable_query()->add_shape(2);
+  req.mutable_query()->add_shape(8);
+  req.mutable_query()->set_data(query.data(), query.size() * sizeof(float));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return reranker->Rerank(&ctx, req, resp);
+}
+
+// With a drain grace, Shutdown() turns health NOT_SERVING and then, for the
+// grace, still accepts connections and answers calls (what a load balancer
+// sends until its health check has seen NOT_SERVING); only then does the
+// drain close the listener and refuse calls.
+TEST(ServerDrainGraceTest, NewCallsAreAnsweredUntilTheGraceEnds) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.backend = BackendChoice::kCpu;
+  o.cpu_threads = 1;
+  o.drain_grace = absl::Seconds(3);
+  o.drain_timeout = absl::Seconds(5);
+  DemoCorpus demo;
+  demo.num_docs = 50;
+  demo.dim = 8;
+  o.demo_corpora = {demo};
+  auto server = MaxsimServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  ASSERT_EQ(HealthOnNewChannel(port),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+
+  const absl::Time start = absl::Now();
+  std::thread stop([&] { (*server)->Shutdown(); });
+  int health = -1;
+  for (int i = 0; i < 200; ++i) {
+    health = HealthOnNewChannel(port);
+    if (health == grpc::health::v1::HealthCheckResponse::NOT_SERVING) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(health, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE((*server)->serving());
+  v1::RerankResponse resp;
+  const grpc::Status during = ScanOnNewChannel(port, &resp);
+  const absl::Duration answered_at = absl::Now() - start;
+  EXPECT_TRUE(during.ok()) << during.error_message() << " after "
+                           << absl::FormatDuration(answered_at);
+  EXPECT_EQ(resp.results_size(), 3);
+  stop.join();
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, o.drain_grace);
+  EXPECT_LT(took, o.drain_grace + o.drain_timeout);
+
+  // After the grace the listener is closed: calls are refused.
+  EXPECT_EQ(HealthOnNewChannel(port), -1);
+  EXPECT_EQ(ScanOnNewChannel(port, &resp).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
 }
 
 // The value of the first sample line of /metrics that starts with `prefix`,
