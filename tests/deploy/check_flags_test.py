@@ -7,49 +7,22 @@ grace period, ...) fails naming it.
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from selftest_support import ROOT, BrokenCopyTest
+
 CHECKER = os.path.join(ROOT, "deploy", "check_flags.py")
 SERVER = HEALTH = None
 
 
-class CheckFlagsTest(unittest.TestCase):
+class CheckFlagsTest(BrokenCopyTest):
 
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="check_flags_test_")
-        shutil.copy(os.path.join(ROOT, "Dockerfile"), self.tmp)
-        shutil.copytree(os.path.join(ROOT, "deploy"),
-                        os.path.join(self.tmp, "deploy"))
+    COPY = ("Dockerfile", "deploy")
 
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
-
-    def edit(self, rel, old, new, count=1):
-        """Replaces `old` (which must occur) in the copy of `rel`."""
-        path = os.path.join(self.tmp, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text, f"{rel} no longer contains {old!r}")
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, count))
-
-    def check(self):
-        res = subprocess.run(
-            [sys.executable, CHECKER, "--server", SERVER, "--health", HEALTH,
-             "--root", self.tmp], capture_output=True, text=True)
-        return res.returncode, res.stdout + res.stderr
-
-    def assert_fails(self, *expected):
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        for e in expected:
-            self.assertIn(e, out)
+    def command(self):
+        return [sys.executable, CHECKER, "--server", SERVER, "--health",
+                HEALTH, "--root", self.tmp]
 
     def test_repository_files_pass(self):
         code, out = self.check()

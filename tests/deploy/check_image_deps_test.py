@@ -7,13 +7,12 @@ Dockerfiles that lose a library's source fail, naming what is missing.
 
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from selftest_support import ROOT, run
+
 CHECKER = os.path.join(ROOT, "deploy", "check_image_deps.py")
 BINARIES = []
 
@@ -35,10 +34,8 @@ def run_checker(dockerfile_text):
         path = os.path.join(tmp, "Dockerfile")
         with open(path, "w") as f:
             f.write(dockerfile_text)
-        res = subprocess.run(
-            [sys.executable, CHECKER, "--dockerfile", path, *BINARIES],
-            capture_output=True, text=True)
-    return res.returncode, res.stdout + res.stderr
+        return run([sys.executable, CHECKER, "--dockerfile", path,
+                    *BINARIES])
 
 
 def real_dockerfile():

@@ -6,78 +6,49 @@ one mistake each fail against the live server.
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from selftest_support import ROOT, BrokenCopyTest
+
 CHECKER = os.path.join(ROOT, "deploy", "check_live.py")
 BINARIES = []
 
 
-class CheckLiveTest(unittest.TestCase):
+class CheckLiveTest(BrokenCopyTest):
 
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="check_live_test_")
-        shutil.copy(os.path.join(ROOT, "Dockerfile"), self.tmp)
-        shutil.copytree(os.path.join(ROOT, "deploy"),
-                        os.path.join(self.tmp, "deploy"))
+    COPY = ("Dockerfile", "deploy")
+    TIMEOUT = 300
 
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
-
-    def edit(self, rel, old, new):
-        path = os.path.join(self.tmp, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text, f"{rel} no longer contains {old!r}")
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, 1))
-
-    def check(self):
+    def command(self):
         server, health, ctl = BINARIES
-        res = subprocess.run(
-            [sys.executable, CHECKER, "--server", server, "--health", health,
-             "--ctl", ctl, "--root", self.tmp],
-            capture_output=True, text=True, timeout=300)
-        return res.returncode, res.stdout + res.stderr
+        return [sys.executable, CHECKER, "--server", server, "--health",
+                health, "--ctl", ctl, "--root", self.tmp]
 
     def test_alert_on_a_metric_the_server_does_not_export(self):
         self.edit("deploy/prometheus/alerts.yml",
                   "rate(maxsimd_rejected_total[5m])",
                   "rate(maxsimd_rejections_total[5m])")
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        self.assertIn("maxsimd_rejections_total, which the server does not "
-                      "export", out)
+        self.assert_fails("maxsimd_rejections_total, which the server does "
+                          "not export")
 
     def test_dashboard_typo_and_undocumented_metric(self):
         self.edit("deploy/grafana/maxsimd.json", "maxsimd_queue_bytes{",
                   "maxsimd_queued_bytes{")
         self.edit("deploy/README.md", "| `maxsimd_corpus_segments` |",
                   "| segments |")
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        self.assertIn("maxsimd_queued_bytes", out)
-        self.assertIn("does not document maxsimd_corpus_segments", out)
+        self.assert_fails("maxsimd_queued_bytes",
+                          "does not document maxsimd_corpus_segments")
 
     def test_probe_of_a_service_the_server_does_not_register(self):
         self.edit("deploy/k8s/shards.yaml", "service: maxsimd.v1.Reranker",
                   "service: maxsimd.v1.Search")
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        self.assertIn("'maxsimd.v1.Search'", out)
-        self.assertIn("NOT_FOUND", out)
+        self.assert_fails("'maxsimd.v1.Search'", "NOT_FOUND")
 
     def test_flagfile_value_the_server_refuses(self):
         self.edit("deploy/k8s/configmap.yaml", "--gpu_workers=4",
                   "--gpu_workers=0")
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        self.assertIn("--gpu_workers must be in [1, 16]", out)
+        self.assert_fails("--gpu_workers must be in [1, 16]")
 
 
 if __name__ == "__main__":

@@ -10,57 +10,26 @@ job="maxsimd".
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from selftest_support import ROOT, BrokenCopyTest, run
+
 CHECKER = os.path.join(ROOT, "deploy", "check_monitoring.py")
 RULES = "deploy/prometheus/alerts.yml"
 DASHBOARD = "deploy/grafana/maxsimd.json"
 PROMTOOL = None
 
 
-class CheckMonitoringTest(unittest.TestCase):
+class CheckMonitoringTest(BrokenCopyTest):
 
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="check_monitoring_test_")
-        shutil.copytree(os.path.join(ROOT, "deploy"),
-                        os.path.join(self.tmp, "deploy"))
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
-
-    def edit(self, rel, old, new, count=1):
-        """Replaces `old` (which must occur) in the copy of `rel`."""
-        path = os.path.join(self.tmp, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text, f"{rel} no longer contains {old!r}")
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, count))
-
-    def check(self):
-        res = subprocess.run([sys.executable, CHECKER, "--root", self.tmp],
-                             capture_output=True, text=True)
-        return res.returncode, res.stdout + res.stderr
-
-    def assert_fails(self, *expected):
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        for e in expected:
-            self.assertIn(e, out)
+    def command(self):
+        return [sys.executable, CHECKER, "--root", self.tmp]
 
     def promtool_job_test(self):
-        res = subprocess.run(
-            [PROMTOOL, "test", "rules",
-             os.path.join(self.tmp, "deploy", "prometheus",
-                          "alerts_job_test.yml")],
-            capture_output=True, text=True)
-        return res.returncode, res.stdout + res.stderr
+        return run([PROMTOOL, "test", "rules",
+                    os.path.join(self.tmp, "deploy", "prometheus",
+                                 "alerts_job_test.yml")])
 
     # -- the checker ----------------------------------------------------------
 

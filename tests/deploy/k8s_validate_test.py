@@ -12,14 +12,11 @@ PREFIX is where `npm ci --prefix PREFIX` installed the validator's packages
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from selftest_support import ROOT, BrokenCopyTest
+
 VALIDATOR = os.path.join(ROOT, "deploy", "k8s", "validate", "validate.mjs")
 REPLICAS = "deploy/k8s/replicas.yaml"
 SHARDS = "deploy/k8s/shards.yaml"
@@ -28,35 +25,12 @@ KUSTOMIZATION = "deploy/k8s/kustomization.yaml"
 NODE = PREFIX = None
 
 
-class K8sValidateTest(unittest.TestCase):
+class K8sValidateTest(BrokenCopyTest):
 
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="k8s_validate_test_")
-        shutil.copytree(os.path.join(ROOT, "deploy", "k8s"),
-                        os.path.join(self.tmp, "deploy", "k8s"))
+    COPY = ("deploy/k8s",)
 
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
-
-    def edit(self, rel, old, new, count=1):
-        """Replaces `old` (which must occur) in the copy of `rel`."""
-        path = os.path.join(self.tmp, rel)
-        with open(path) as f:
-            text = f.read()
-        self.assertIn(old, text, f"{rel} no longer contains {old!r}")
-        with open(path, "w") as f:
-            f.write(text.replace(old, new, count))
-
-    def check(self):
-        res = subprocess.run([NODE, VALIDATOR, "--prefix", PREFIX, "--root",
-                              self.tmp], capture_output=True, text=True)
-        return res.returncode, res.stdout + res.stderr
-
-    def assert_fails(self, *expected):
-        code, out = self.check()
-        self.assertEqual(code, 1, out)
-        for e in expected:
-            self.assertIn(e, out)
+    def command(self):
+        return [NODE, VALIDATOR, "--prefix", PREFIX, "--root", self.tmp]
 
     def test_repository_manifests_pass(self):
         code, out = self.check()

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -105,6 +105,58 @@ class ServerProcess:
                 self.proc.wait()
 
 
+class ModuleServer:
+    """One server for the tests of a module, started before them and stopped
+    after them::
+
+        SERVER = support.ModuleServer()
+        setUpModule = SERVER.start
+        tearDownModule = SERVER.stop
+    """
+
+    def __init__(self, *flags: str) -> None:
+        self.flags = flags
+        self.server: Optional[ServerProcess] = None
+
+    def start(self) -> None:
+        self.server = ServerProcess.start(*self.flags)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    @property
+    def target(self) -> str:
+        if self.server is None:
+            raise RuntimeError("the module's server is not running")
+        return self.server.target
+
+
+def seeded_rng(cls: type) -> np.random.Generator:
+    """A test class's generator; prints the seed under the class's name
+    (``MAXSIMD_TEST_SEED`` replays it)."""
+    print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
+    return np.random.default_rng(SEED)
+
+
+def set_up_live_class(cls: Any, target: str, num_docs: int, dim: int,
+                      max_tokens: int = 40, first_id: Optional[int] = None
+                      ) -> "maxsimd.Client":
+    """The start of a test class against a live server: sets ``cls.rng``
+    (``seeded_rng``), ``cls.docs`` (``num_docs`` random documents of
+    ``dim``) and, with ``first_id``, ``cls.ids`` (int64 ids from
+    ``first_id`` on); returns a blocking Client of ``target`` that is
+    closed after the class's tests."""
+    cls.rng = seeded_rng(cls)
+    cls.docs = make_docs(cls.rng, num_docs, dim, max_tokens=max_tokens)
+    if first_id is not None:
+        cls.ids = np.arange(first_id, first_id + num_docs, dtype=np.int64)
+    client = maxsimd.Client(target)
+    cls.addClassCleanup(client.close)
+    return client
+
+
 def unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
 
@@ -116,6 +168,16 @@ def make_docs(rng: np.random.Generator, n: int, dim: int,
     return [unit(rng.standard_normal((int(rng.integers(1, max_tokens + 1)),
                                       dim)))
             for _ in range(n)]
+
+
+def near_query(rng: np.random.Generator, docs: Sequence[np.ndarray],
+               tokens: int, noise: float = 0.5) -> np.ndarray:
+    """A unit-norm query of ``tokens`` rows of a random document plus noise,
+    so that rankings are not flat."""
+    doc = docs[int(rng.integers(len(docs)))]
+    rows = rng.integers(0, len(doc), size=tokens)
+    return unit(doc[rows] + noise * rng.standard_normal((tokens,
+                                                         doc.shape[1])))
 
 
 def reference_scores(query: np.ndarray, docs: Sequence[np.ndarray]

@@ -12,14 +12,13 @@ limit.
 from __future__ import annotations
 
 import asyncio
-import sys
 import unittest
-from typing import Any, AsyncIterator, List
+from typing import Any, AsyncIterator
 
 import numpy as np
 
 import support  # noqa: I100 - puts the package and its stubs on the path
-from support import SEED, ServerProcess, free_port, reference_scores, unit
+from support import free_port, reference_scores
 
 import grpc  # noqa: E402
 import grpc.aio  # noqa: E402
@@ -29,16 +28,9 @@ import maxsimd  # noqa: E402
 DIM = 32
 NUM_DOCS = 120
 ATOL = 1e-4
-SERVER: List[ServerProcess] = []
-
-
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    SERVER.append(ServerProcess.start())
-
-
-def tearDownModule() -> None:  # noqa: N802
-    for server in SERVER:
-        server.stop()
+SERVER = support.ModuleServer()
+setUpModule = SERVER.start  # noqa: N816 - unittest's name
+tearDownModule = SERVER.stop  # noqa: N816
 
 
 class CountingInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
@@ -60,21 +52,14 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
-        cls.rng = np.random.default_rng(SEED)
-        cls.docs = support.make_docs(cls.rng, NUM_DOCS, DIM)
-        cls.ids = np.arange(7000, 7000 + NUM_DOCS, dtype=np.int64)
-        cls.sync = maxsimd.Client(SERVER[0].target)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sync.close()
+        cls.sync = support.set_up_live_class(cls, SERVER.target, NUM_DOCS,
+                                             DIM, first_id=7000)
 
     async def asyncSetUp(self) -> None:  # noqa: N802 - unittest's name
         # The tests call the blocking client and numpy inside coroutines;
         # asyncio's debug mode (on in these tests) would log each as slow.
         asyncio.get_running_loop().slow_callback_duration = 10.0
-        self.client = maxsimd.AsyncClient(SERVER[0].target)
+        self.client = maxsimd.AsyncClient(SERVER.target)
         await self.client.wait_until_serving(timeout=10)
         try:
             await self.client.get_corpus(self.corpus)
@@ -89,9 +74,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         await self.client.close()
 
     def query(self) -> np.ndarray:
-        doc = self.docs[int(self.rng.integers(NUM_DOCS))]
-        rows = self.rng.integers(0, len(doc), size=8)
-        return unit(doc[rows] + 0.5 * self.rng.standard_normal((8, DIM)))
+        return support.near_query(self.rng, self.docs, 8)
 
     def assert_same(self, got: maxsimd.Result, want: maxsimd.Result) -> None:
         self.assertIsInstance(got, maxsimd.Result)
@@ -241,7 +224,7 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
                 np.testing.assert_allclose(
                     got.scores, np.sort(reference_scores(q, docs))[::-1],
                     atol=ATOL)
-            async with maxsimd.AsyncClient(SERVER[0].target,
+            async with maxsimd.AsyncClient(SERVER.target,
                                            max_message_bytes=4 << 20) as small:
                 with self.assertRaises(maxsimd.ResourceExhaustedError):
                     await small.rerank_batch(name, queries, top_k=top_k)

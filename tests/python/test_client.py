@@ -92,11 +92,8 @@ class Fixture(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
-        cls.rng = np.random.default_rng(SEED)
-        cls.docs = make_docs(cls.rng, NUM_DOCS)
-        cls.ids = np.arange(1000, 1000 + NUM_DOCS, dtype=np.int64)
-        cls.client = maxsimd.Client(SERVERS["whole"].target)
+        cls.client = support.set_up_live_class(cls, SERVERS["whole"].target,
+                                               NUM_DOCS, DIM, first_id=1000)
         try:
             cls.client.get_corpus(cls.corpus)
         except maxsimd.NotFoundError:
@@ -111,15 +108,9 @@ class Fixture(unittest.TestCase):
                                      tokens=np.concatenate(rest),
                                      cu_seqlens=cu)
 
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.client.close()
-
     def query(self, tokens: int = 8) -> np.ndarray:
         """A query near a random document, so that rankings are not flat."""
-        doc = self.docs[int(self.rng.integers(NUM_DOCS))]
-        rows = self.rng.integers(0, len(doc), size=tokens)
-        return unit(doc[rows] + 0.5 * self.rng.standard_normal((tokens, DIM)))
+        return support.near_query(self.rng, self.docs, tokens)
 
     def assert_ranking(self, result: maxsimd.Result, query: np.ndarray,
                        candidates: Optional[Sequence[int]], top_k: int,
@@ -635,8 +626,7 @@ class AddDocumentsLimitTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
-        cls.rng = np.random.default_rng(SEED)
+        cls.rng = support.seeded_rng(cls)
         cls.target = SERVERS["small"].target
 
     def docs(self, *tokens: int) -> List[np.ndarray]:

@@ -13,14 +13,13 @@ an NVIDIA GPU.
 
 from __future__ import annotations
 
-import sys
 import unittest
 from typing import Any, List
 
 import numpy as np
 
 import support  # noqa: I100 - puts the package and its stubs on the path
-from support import SEED, ServerProcess, reference_scores, unit
+from support import SEED, reference_scores
 
 import maxsimd  # noqa: E402
 from maxsimd._encode import (encode_tensor, id_strings,  # noqa: E402
@@ -42,16 +41,9 @@ needs_torch = unittest.skipIf(torch is None, "torch is not importable")
 DIM = 32
 NUM_DOCS = 60
 ATOL = 1e-4
-SERVER: List[ServerProcess] = []
-
-
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    SERVER.append(ServerProcess.start())
-
-
-def tearDownModule() -> None:  # noqa: N802
-    for server in SERVER:
-        server.stop()
+SERVER = support.ModuleServer()
+setUpModule = SERVER.start  # noqa: N816 - unittest's name
+tearDownModule = SERVER.stop  # noqa: N816
 
 
 def decode(tensor: Any) -> np.ndarray:
@@ -254,23 +246,17 @@ class LiveInputTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
-        cls.rng = np.random.default_rng(SEED)
-        cls.docs = support.make_docs(cls.rng, NUM_DOCS, DIM)
-        cls.ids = np.arange(500, 500 + NUM_DOCS, dtype=np.int64)
-        cls.client = maxsimd.Client(SERVER[0].target)
+        cls.client = support.set_up_live_class(cls, SERVER.target, NUM_DOCS,
+                                               DIM, first_id=500)
         cls.client.create_corpus(cls.corpus, DIM)
         cls.client.add_documents(cls.corpus, cls.ids, cls.docs)
 
     @classmethod
     def tearDownClass(cls) -> None:
         cls.client.drop_corpus(cls.corpus)
-        cls.client.close()
 
     def query(self) -> np.ndarray:
-        doc = self.docs[int(self.rng.integers(NUM_DOCS))]
-        rows = self.rng.integers(0, len(doc), size=6)
-        return unit(doc[rows] + 0.5 * self.rng.standard_normal((6, DIM)))
+        return support.near_query(self.rng, self.docs, 6)
 
     def check(self, result: maxsimd.Result, query: np.ndarray,
               candidates: Any, top_k: int, atol: float = ATOL) -> None:

@@ -39,10 +39,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from support import (REPO, SEED, TMP, ServerProcess,  # noqa: I100
-                     reference_scores)
+import support  # noqa: I100 - puts the package and its stubs on the path
+from support import REPO, SEED, TMP, reference_scores
 
-SERVER: List[ServerProcess] = []
+SERVER = support.ModuleServer()
+setUpModule = SERVER.start  # noqa: N816 - unittest's name
+tearDownModule = SERVER.stop  # noqa: N816
 PROTOS = ("types.proto", "reranker.proto", "admin.proto")
 STUBS = ("types_pb2.py", "reranker_pb2.py", "reranker_pb2_grpc.py",
          "admin_pb2.py", "admin_pb2_grpc.py")
@@ -78,15 +80,6 @@ print(json.dumps({
     "subset_ids": subset.ids.tolist(),
     "subset_scores": subset.scores.tolist()}))
 '''
-
-
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    SERVER.append(ServerProcess.start())
-
-
-def tearDownModule() -> None:  # noqa: N802
-    for server in SERVER:
-        server.stop()
 
 
 def run(args: List[Any], cwd: Path, env: Optional[Dict[str, str]] = None,
@@ -150,7 +143,7 @@ class PackagingTest(unittest.TestCase):
                     "import sysconfig; print(sysconfig.get_paths()"
                     "['purelib'])"], self.root, self.env).strip()
         out = run([venv / "bin" / "python", self.root / "smoke.py",
-                   SERVER[0].target, site, self.data, corpus],
+                   SERVER.target, site, self.data, corpus],
                   self.root, self.env)
         got: Dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         for path in got["where"].values():

@@ -27,14 +27,13 @@ Results are checked against the numpy MaxSim reference.
 
 from __future__ import annotations
 
-import sys
 import unittest
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 
 import support  # noqa: I100 - puts the package and its stubs on the path
-from support import SEED, ServerProcess, reference_scores, unit
+from support import reference_scores
 
 import maxsimd  # noqa: E402
 from maxsimd.pylate import PyLateIndex  # noqa: E402
@@ -48,16 +47,9 @@ DIM = 48
 NUM_DOCS = 90
 QUERY_TOKENS = 32  # PyLate pads queries to query_length (32 by default)
 ATOL = 1e-4
-SERVER: List[ServerProcess] = []
-
-
-def setUpModule() -> None:  # noqa: N802 - unittest's name
-    SERVER.append(ServerProcess.start())
-
-
-def tearDownModule() -> None:  # noqa: N802
-    for server in SERVER:
-        server.stop()
+SERVER = support.ModuleServer()
+setUpModule = SERVER.start  # noqa: N816 - unittest's name
+tearDownModule = SERVER.stop  # noqa: N816
 
 
 def pylate_retrieve(index: Any, queries_embeddings: Any, k: int = 10,
@@ -92,17 +84,11 @@ class PyLateIndexTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        print(f"\n{cls.__name__}: seed {SEED}", file=sys.stderr)
-        cls.rng = np.random.default_rng(SEED)
-        cls.docs = support.make_docs(cls.rng, NUM_DOCS, DIM, max_tokens=60)
+        cls.client = support.set_up_live_class(cls, SERVER.target, NUM_DOCS,
+                                               DIM, max_tokens=60)
         # PyLate's examples use string ids ("1", "2", ... or dataset ids).
         cls.ids = [f"doc-{i}" for i in range(NUM_DOCS)]
         cls.by_id = dict(zip(cls.ids, cls.docs))
-        cls.client = maxsimd.Client(SERVER[0].target)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.client.close()
 
     def setUp(self) -> None:
         self.index = PyLateIndex(self.client, corpus=self.corpus,
@@ -113,13 +99,8 @@ class PyLateIndexTest(unittest.TestCase):
         self.assertIs(returned, self.index)
 
     def queries(self, n: int) -> List[np.ndarray]:
-        out = []
-        for _ in range(n):
-            doc = self.docs[int(self.rng.integers(NUM_DOCS))]
-            rows = self.rng.integers(0, len(doc), size=QUERY_TOKENS)
-            out.append(unit(doc[rows] + 0.4 * self.rng.standard_normal(
-                (QUERY_TOKENS, DIM))))
-        return out
+        return [support.near_query(self.rng, self.docs, QUERY_TOKENS,
+                                   noise=0.4) for _ in range(n)]
 
     def assert_ranking(self, got: List[Dict[str, Any]], query: np.ndarray,
                        pool: List[Any], k: int,
@@ -219,7 +200,7 @@ class PyLateIndexTest(unittest.TestCase):
                          NUM_DOCS - 2)
 
     def test_int_ids_single_documents_and_reopening(self) -> None:
-        index = PyLateIndex(SERVER[0].target, corpus="py_pylate_int",
+        index = PyLateIndex(SERVER.target, corpus="py_pylate_int",
                             override=True, id_type="int", create_options={
                                 "storage_dtype": "float16"})
         try:
