@@ -167,18 +167,18 @@ runtime() {
     --build-context "binaries=$dir" -t "$tag" "$ROOT"
 }
 
-# Prints the image's config field $2 ("User", "Entrypoint", ...; a list one
-# item a line) of image $1, from buildah's JSON.
+# Prints config field $2 ("User", "Entrypoint", ...; a list one item a
+# line) of the image whose `buildah inspect` JSON is $1.
 config() {
-  bh inspect --type image "$1" | python3 -c '
+  python3 -c '
 import json, sys
-value = json.load(sys.stdin)["Docker"]["config"]
-for key in sys.argv[1].split("."):
+value = json.loads(sys.argv[1])["Docker"]["config"]
+for key in sys.argv[2].split("."):
     value = (value or {}).get(key)
 if isinstance(value, list):
     print("\n".join(value))
 elif value is not None:
-    print(value)' "$2"
+    print(value)' "$1" "$2"
 }
 
 check() {
@@ -186,12 +186,14 @@ check() {
   local port=${PORT:-50151}
   local user workdir
   local -a ep args health envs
-  user=$(config "$tag" User)
-  workdir=$(config "$tag" WorkingDir)
-  mapfile -t ep < <(config "$tag" Entrypoint)
-  mapfile -t args < <(config "$tag" Cmd)
-  mapfile -t health < <(config "$tag" Healthcheck.Test)
-  mapfile -t envs < <(config "$tag" Env)
+  local inspected
+  inspected=$(bh inspect --type image "$tag")
+  user=$(config "$inspected" User)
+  workdir=$(config "$inspected" WorkingDir)
+  mapfile -t ep < <(config "$inspected" Entrypoint)
+  mapfile -t args < <(config "$inspected" Cmd)
+  mapfile -t health < <(config "$inspected" Healthcheck.Test)
+  mapfile -t envs < <(config "$inspected" Env)
   echo "image $tag: user $user, entrypoint ${ep[*]}, cmd ${args[*]}"
   echo "HEALTHCHECK ${health[*]}"
   [[ -n "$user" && "$user" != 0* && "$user" != root* ]] || {
