@@ -77,12 +77,10 @@ RUN apt-get update \
       --no-install-recommends \
       libabsl20220623 \
       libc-ares2 \
-      libcivetweb1 \
       libfmt9 \
       libgrpc++1.51 \
       libgrpc29 \
       libprometheus-cpp-core1.0 \
-      libprometheus-cpp-pull1.0 \
       libprotobuf32 \
       libre2-9 \
       libspdlog1.10 \

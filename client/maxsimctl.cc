@@ -33,17 +33,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "index/importers.h"
 #include "index/npy.h"
+#include "index/safetensors.h"
 #include "index/synthetic.h"
+#include "kernels/element.h"
 #include "kernels/status_macros.h"
 #include "kernels/types.h"
 
@@ -164,16 +169,7 @@ absl::StatusOr<int64_t> ParseInt(const Flags& flags, const std::string& name,
   return v;
 }
 
-std::vector<std::string> SplitList(absl::string_view list) {
-  std::vector<std::string> out;
-  for (absl::string_view item : absl::StrSplit(list, ',')) {
-    item = absl::StripAsciiWhitespace(item);
-    if (!item.empty()) out.emplace_back(item);
-  }
-  return out;
-}
-
-// One id per line; '\r' line endings and blank lines are ignored.
+// The whole of `text`, written to `path` (replacing it).
 absl::Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -183,6 +179,145 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
                                absl::StrCat("cannot write '", path, "'"));
   }
   return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Ids. The API takes any id of 1 to 256 bytes of UTF-8 (proto3 strings must
+// be UTF-8: the server refuses a message that is not) and compares ids byte
+// for byte, so maxsimctl passes ids on exactly as it reads them: nothing is
+// trimmed, skipped or folded. An id it cannot pass on exactly is refused,
+// naming where it came from, never altered.
+
+constexpr size_t kMaxIdBytes = 256;  // AddDocumentsRequest.ids
+
+// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing past U+10FFFF), the check protobuf applies.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;  // bounds of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong
+      if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong
+      if (c == 0xf4) hi = 0x8f;  // past U+10FFFF
+    } else {
+      return false;
+    }
+    if (s.size() - i < n) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const unsigned char b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// `id` for a message: quoted, with C escapes for control characters (a tab
+// shows as \t) and for any byte of an id that is not UTF-8; a long id is
+// cut after 64 bytes, with its length.
+std::string ShowId(absl::string_view id) {
+  const bool utf8 = IsUtf8(id);
+  absl::string_view shown = id;
+  if (shown.size() > 64) {
+    size_t cut = 64;
+    while (utf8 && cut > 0 &&
+           (static_cast<unsigned char>(id[cut]) & 0xc0) == 0x80) {
+      --cut;  // not inside a character
+    }
+    shown = id.substr(0, cut);
+  }
+  return absl::StrCat(
+      "\"", utf8 ? absl::Utf8SafeCHexEscape(shown) : absl::CHexEscape(shown),
+      shown.size() < id.size() ? absl::StrCat("...\" (", id.size(), " bytes)")
+                               : "\"");
+}
+
+// Why the API would refuse `id`; "" when it takes it.
+std::string IdProblem(absl::string_view id) {
+  if (id.empty()) return "is empty";
+  if (id.size() > kMaxIdBytes) {
+    return absl::StrCat("is over the API's limit of ", kMaxIdBytes, " bytes");
+  }
+  if (!IsUtf8(id)) return "is not UTF-8";
+  return "";
+}
+
+// The ids of --`flag`'s comma-separated value, byte for byte: split at
+// every ',' and nowhere else (no trimming; "a, b" is "a" and " b"), so an id
+// that holds ',' can only come from a file. An item the API would refuse
+// (IdProblem: ",," and a ',' at either end make empty ones) is
+// INVALID_ARGUMENT naming the flag, the item's position and the id.
+absl::StatusOr<std::vector<std::string>> ParseIdList(absl::string_view list,
+                                                     absl::string_view flag) {
+  if (list.empty()) {
+    return UsageError(
+        absl::StrCat("--", flag, " is empty: give at least one id"));
+  }
+  std::vector<std::string> ids;
+  for (absl::string_view id : absl::StrSplit(list, ',')) {
+    const std::string problem = IdProblem(id);
+    if (!problem.empty()) {
+      return UsageError(absl::StrCat(
+          "--", flag, ": id ", ids.size() + 1, " ", ShowId(id), " ", problem,
+          id.empty() ? " (ids are separated by single commas; an id that "
+                       "holds ',' goes in a file, one per line)"
+                     : ""));
+    }
+    ids.emplace_back(id);
+  }
+  return ids;
+}
+
+// The ids of the file named by --`flag` (--ids, --candidates-file,
+// --ids-file), one per line, byte for byte. A line ends at "\n", and one
+// "\r" before it belongs to the line ending (a file written on Windows);
+// the last line needs no "\n", and a final "\n" starts no empty line. Every
+// other byte, spaces, tabs, '#' and ',' included, is part of an id. So an
+// id cannot hold "\n" or end in "\r": a line that still ends in "\r", or
+// holds an id the API would refuse (IdProblem: an empty line is an empty
+// id), is INVALID_ARGUMENT naming the flag, the file, the line and the id.
+// An empty file holds no ids. Errors reading the file are ReadInputFile's,
+// naming the flag.
+absl::StatusOr<std::vector<std::string>> ReadIdFile(const std::string& path,
+                                                    absl::string_view flag) {
+  absl::StatusOr<std::string> text = ReadInputFile(path);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("--", flag, ": ", text.status().message()));
+  }
+  std::vector<std::string> ids;
+  absl::string_view lines = *text;
+  if (lines.empty()) return ids;
+  absl::ConsumeSuffix(&lines, "\n");
+  for (absl::string_view id : absl::StrSplit(lines, '\n')) {
+    absl::ConsumeSuffix(&id, "\r");
+    std::string problem = IdProblem(id);
+    if (problem.empty() && absl::EndsWith(id, "\r")) {
+      problem =
+          "ends in \"\\r\", which an ids file cannot carry (one \"\\r\" "
+          "before \"\\n\" is part of the line ending)";
+    }
+    if (!problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", path, "' line ", ids.size() + 1,
+                       ": id ", ShowId(id), " ", problem));
+    }
+    ids.emplace_back(id);
+  }
+  return ids;
 }
 
 // ---------------------------------------------------------------------------
@@ -469,6 +604,47 @@ int RunCreate(const Globals& g, const Flags& f) {
   }());
 }
 
+// `add`'s documents: the tokens of one source (.npy pair, safetensors or
+// PLAID directory), and the ids of --ids read byte for byte (ReadIdFile)
+// rather than by the importers' line reader, which trims them; a PLAID index
+// without --ids keeps its passage ids "0", "1", ...
+absl::StatusOr<ImportedDocuments> ReadAddFiles(const DocumentFiles& files) {
+  ImportedDocuments docs;
+  if (!files.plaid_dir.empty()) {
+    DocumentFiles plaid;
+    plaid.plaid_dir = files.plaid_dir;
+    MAXSIMD_ASSIGN_OR_RETURN(docs, ReadDocumentFiles(plaid));
+  } else if (!files.safetensors.empty()) {
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file,
+                             ReadSafetensors(files.safetensors));
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments st,
+                             DocumentsFromSafetensors(file, files.safetensors));
+    docs.dim = st.dim;
+    docs.tokens = std::move(st.tokens);
+    docs.cu_seqlens = std::move(st.cu_seqlens);
+    docs.float16 = st.float16;
+  } else {
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(files.tokens_npy));
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu, ReadNpy(files.cu_seqlens_npy));
+    MAXSIMD_ASSIGN_OR_RETURN(
+        NpyDocuments npy,
+        DocumentsFromNpy(tokens, files.tokens_npy, cu, files.cu_seqlens_npy));
+    docs.dim = npy.dim;
+    docs.tokens = std::move(npy.tokens);
+    docs.cu_seqlens = std::move(npy.cu_seqlens);
+    docs.float16 = npy.float16;
+  }
+  if (!files.ids.empty()) {
+    MAXSIMD_ASSIGN_OR_RETURN(docs.ids, ReadIdFile(files.ids, "ids"));
+    if (docs.ids.size() + 1 != docs.cu_seqlens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--ids: '", files.ids, "' has ", docs.ids.size(), " ids, but the ",
+          "documents number ", docs.cu_seqlens.size() - 1));
+    }
+  }
+  return docs;
+}
+
 int RunAdd(const Globals& g, const Flags& f) {
   double chunk_mb = 0;
   if (!absl::SimpleAtod(f.Get("chunk-mb"), &chunk_mb) || !(chunk_mb > 0) ||
@@ -500,7 +676,7 @@ int RunAdd(const Globals& g, const Flags& f) {
           "give one of --safetensors, --plaid, or both --tokens and "
           "--cu-seqlens");
     }
-    MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentFiles(files));
+    MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadAddFiles(files));
     DocumentBatch batch;
     batch.dim = docs.dim;
     batch.tokens = std::move(docs.tokens);
@@ -537,52 +713,194 @@ int RunAdd(const Globals& g, const Flags& f) {
   }());
 }
 
+// A query file's array as the file stores it: product(shape) elements of
+// `dtype`, little-endian, row-major, in `data`.
+struct QueryArray {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+// --query: a .npy file (told by its magic, whatever its name) or else a
+// safetensors file (the tensor --query-tensor names, index/safetensors.h's
+// FloatTensorFromSafetensors), read in its own dtype: float32, float16 or
+// bfloat16 (NpyFloatDType: ml_dtypes' '<V2' or '|V2'; with
+// `bfloat16_flag`, --query-dtype=bfloat16, also 16-bit unsigned integers as
+// bfloat16 bits, and then nothing but bfloat16). [Lq, dim] or
+// [Nq, Lq, dim]. INVALID_ARGUMENT naming the file otherwise.
+absl::StatusOr<QueryArray> ReadQueryFile(const std::string& path,
+                                         const std::string& tensor,
+                                         bool bfloat16_flag) {
+  absl::StatusOr<std::string> bytes = ReadInputFile(path);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("--query: ", bytes.status().message()));
+  }
+  constexpr absl::string_view kNpyMagic("\x93NUMPY", 6);
+  constexpr absl::string_view kFlagHint(
+      "; for bfloat16 bits in a uint16 array give --query-dtype=bfloat16");
+  QueryArray out;
+  std::string found;  // the file's own name of its dtype, for messages
+  if (absl::StartsWith(*bytes, kNpyMagic)) {
+    if (!tensor.empty()) {
+      return UsageError(absl::StrCat(
+          "--query-tensor is for safetensors files; '", path, "' is .npy"));
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray array, ParseNpy(*bytes, path));
+    absl::StatusOr<DType> dtype = NpyFloatDType(array, path, bfloat16_flag);
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dtype.status().message(), array.descr == "<u2" ? kFlagHint : ""));
+    }
+    out.dtype = *dtype;
+    out.shape = std::move(array.shape);
+    out.data.assign(array.data.begin(), array.data.end());
+    found = absl::StrCat("'", array.descr, "'");
+  } else {
+    absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes, path);
+    if (!file.ok()) {
+      return absl::Status(
+          file.status().code(),
+          absl::StrCat("--query: '", path,
+                       "' is not .npy (no \\x93NUMPY magic), and not "
+                       "safetensors: ",
+                       file.status().message()));
+    }
+    // U16 is taken here to say what the flag would do; refused below
+    // without it.
+    MAXSIMD_ASSIGN_OR_RETURN(
+        SafetensorsFloatTensor t,
+        FloatTensorFromSafetensors(*file, tensor, path,
+                                   /*uint16_is_bfloat16=*/true));
+    if (t.tensor->dtype == "U16" && !bfloat16_flag) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors file ", path, ": tensor \"", t.name,
+          "\" has dtype U16; expected F32, F16 or BF16", kFlagHint));
+    }
+    out.dtype = t.dtype;
+    out.shape = t.tensor->shape;
+    out.data = t.tensor->data;
+    found = t.tensor->dtype;
+  }
+  if (bfloat16_flag && out.dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--query-dtype=bfloat16, but '", path, "' holds ",
+                     DTypeName(out.dtype), " (", found, ")"));
+  }
+  if (out.shape.size() != 2 && out.shape.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' must be [Lq, dim] or [Nq, Lq, dim], got ",
+                     out.shape.size(), " dimensions"));
+  }
+  const int64_t dim = out.shape.back();
+  if (dim < 1 || dim > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' has dim ", dim));
+  }
+  return out;
+}
+
+v1::DType WireDType(DType t) {
+  switch (t) {
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    default:
+      return v1::DTYPE_FLOAT32;
+  }
+}
+
+// Rerank of a request built here: through the request form of RerankAsync,
+// since a Query holds fp32 values and this request's tensor is in its
+// file's dtype.
+absl::StatusOr<v1::RerankResponse> SendRerank(Client& client,
+                                              v1::RerankRequest request,
+                                              absl::Duration timeout) {
+  absl::Notification done;
+  absl::StatusOr<v1::RerankResponse> result;
+  client.RerankAsync(std::move(request), absl::Now() + timeout,
+                     [&](absl::StatusOr<v1::RerankResponse> response) {
+                       result = std::move(response);
+                       done.Notify();
+                     });
+  done.WaitForNotification();
+  return result;
+}
+
 int RunQuery(const Globals& g, const Flags& f) {
   absl::StatusOr<int64_t> top_k = ParseInt(f, "top-k", 1, kMaxTopK);
   if (!top_k.ok()) return PrintError(top_k.status(), kExitUsage);
+  const std::string query_dtype = f.Get("query-dtype");
+  if (query_dtype != "auto" && query_dtype != "bfloat16" &&
+      query_dtype != "bf16") {
+    return PrintError(
+        UsageError(
+            absl::StrCat("--query-dtype must be auto or bfloat16 (bf16), got '",
+                         query_dtype, "'")),
+        kExitUsage);
+  }
+  std::vector<std::string> candidates;
+  if (f.Has("candidates")) {
+    absl::StatusOr<std::vector<std::string>> listed =
+        ParseIdList(f.Get("candidates"), "candidates");
+    if (!listed.ok()) return PrintError(listed.status(), kExitUsage);
+    candidates = *std::move(listed);
+  }
   return Finish([&]() -> absl::Status {
-    std::vector<std::string> candidates = SplitList(f.Get("candidates"));
     if (f.Has("candidates-file")) {
-      MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> more,
-                               ReadLines(f.Get("candidates-file")));
+      MAXSIMD_ASSIGN_OR_RETURN(
+          std::vector<std::string> more,
+          ReadIdFile(f.Get("candidates-file"), "candidates-file"));
+      if (more.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--candidates-file: '", f.Get("candidates-file"),
+                         "' holds no ids; leave it out for a scan"));
+      }
       candidates.insert(candidates.end(), more.begin(), more.end());
     }
     const std::string path = f.Get("query");
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
-    if (array.shape.size() != 2 && array.shape.size() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' must be [Lq, dim] or [Nq, Lq, dim], got ",
-                       array.shape.size(), " dimensions"));
-    }
+    MAXSIMD_ASSIGN_OR_RETURN(
+        QueryArray array,
+        ReadQueryFile(path, f.Get("query-tensor"), query_dtype != "auto"));
     const int64_t dim = array.shape.back();
-    if (dim < 1 || dim > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path, "' has dim ", dim));
-    }
-    MAXSIMD_ASSIGN_OR_RETURN(std::vector<float> values,
-                             NpyToFloat32(array, path));
-    const int64_t num_queries = array.shape.size() == 3 ? array.shape[0] : 1;
-    const int64_t per_query =
-        num_queries > 0 ? static_cast<int64_t>(values.size()) / num_queries : 0;
-    std::vector<Query> queries(static_cast<size_t>(num_queries));
-    for (int64_t i = 0; i < num_queries; ++i) {
-      Query& q = queries[i];
-      q.corpus = f.Get("corpus");
-      q.dim = static_cast<int32_t>(dim);
-      q.tokens.assign(values.begin() + i * per_query,
-                      values.begin() + (i + 1) * per_query);
-      q.candidate_ids = candidates;
-      q.top_k = static_cast<int32_t>(*top_k);
-      q.request_id = num_queries > 1 ? absl::StrCat("q", i) : "";
-    }
-    MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
-                             Connect(g, array.descr == "<f2"));
+    Query query;
+    query.corpus = f.Get("corpus");
+    query.dim = static_cast<int32_t>(dim);
+    query.candidate_ids = candidates;
+    query.top_k = static_cast<int32_t>(*top_k);
     std::vector<v1::RerankResponse> responses;
     if (array.shape.size() == 2) {
-      MAXSIMD_ASSIGN_OR_RETURN(v1::RerankResponse r,
-                               client->Rerank(queries[0]));
+      // One query goes as the file holds it: its bytes, its dtype.
+      MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
+      v1::RerankRequest request = client->ToRequest(query);
+      v1::Tensor* tensor = request.mutable_query();
+      tensor->set_dtype(WireDType(array.dtype));
+      tensor->clear_shape();
+      for (int64_t d : array.shape) tensor->add_shape(d);
+      tensor->set_data(std::move(array.data));
+      MAXSIMD_ASSIGN_OR_RETURN(
+          v1::RerankResponse r,
+          SendRerank(*client, std::move(request), g.options.timeout));
       responses.push_back(std::move(r));
     } else {
+      // A batch goes in one RerankBatch call, built from Queries, which
+      // carry fp32 values: float16 is sent as float16 (exact), and bfloat16
+      // as float32, exact too (a bfloat16 is the top half of a binary32),
+      // so the server ranks the same values, for twice the bytes.
+      const int64_t num_queries = array.shape[0];
+      const int64_t per_query = array.shape[1] * dim;
+      std::vector<float> values(static_cast<size_t>(num_queries * per_query));
+      ConvertToFloat(array.data.data(), array.dtype, 0,
+                     static_cast<int64_t>(values.size()), values.data());
+      std::vector<Query> queries(static_cast<size_t>(num_queries), query);
+      for (int64_t i = 0; i < num_queries; ++i) {
+        queries[i].tokens.assign(values.begin() + i * per_query,
+                                 values.begin() + (i + 1) * per_query);
+        queries[i].request_id = num_queries > 1 ? absl::StrCat("q", i) : "";
+      }
+      MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                               Connect(g, array.dtype == DType::kFloat16));
       MAXSIMD_ASSIGN_OR_RETURN(responses, client->RerankBatch(queries));
     }
     const std::string mode =
@@ -607,8 +925,10 @@ int RunQuery(const Globals& g, const Flags& f) {
         std::printf("%squery %zu of %zu (%s)\n", i > 0 ? "\n" : "", i + 1,
                     responses.size(), mode.c_str());
       } else {
-        std::printf("query: %s, top %lld\n", mode.c_str(),
-                    static_cast<long long>(*top_k));
+        std::printf("query: %s, top %lld (%s [%lld, %lld])\n", mode.c_str(),
+                    static_cast<long long>(*top_k), DTypeName(array.dtype),
+                    static_cast<long long>(array.shape[0]),
+                    static_cast<long long>(dim));
       }
       PrintResponseText(responses[i]);
     }
@@ -617,11 +937,26 @@ int RunQuery(const Globals& g, const Flags& f) {
 }
 
 int RunDelete(const Globals& g, const Flags& f) {
-  const std::vector<std::string> ids = SplitList(f.Get("ids"));
-  if (ids.empty()) {
-    return PrintError(UsageError("--ids needs at least one id"), kExitUsage);
+  if (!f.Has("ids") && !f.Has("ids-file")) {
+    return PrintError(UsageError("give --ids, --ids-file or both"), kExitUsage);
+  }
+  std::vector<std::string> ids;
+  if (f.Has("ids")) {
+    absl::StatusOr<std::vector<std::string>> listed =
+        ParseIdList(f.Get("ids"), "ids");
+    if (!listed.ok()) return PrintError(listed.status(), kExitUsage);
+    ids = *std::move(listed);
   }
   return Finish([&]() -> absl::Status {
+    if (f.Has("ids-file")) {
+      MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> more,
+                               ReadIdFile(f.Get("ids-file"), "ids-file"));
+      if (more.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--ids-file: '", f.Get("ids-file"), "' holds no ids"));
+      }
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Connect(g));
     MAXSIMD_ASSIGN_OR_RETURN(v1::DeleteDocumentsResponse r,
                              client->DeleteDocuments(f.Get("corpus"), ids,
@@ -1602,8 +1937,11 @@ const std::vector<CommandDef>& Commands() {
          "decompressed into dense tokens",
          "", false},
         {"ids", "ids.txt",
-         "document ids, one per line (N lines); required except with "
-         "--plaid, where they default to the passage ids 0, 1, ...",
+         "document ids, one per line (N lines), byte for byte: lines end "
+         "at \\n (one \\r before it dropped) and nothing is trimmed; an "
+         "empty line, or an id over 256 bytes or not UTF-8, is refused; "
+         "required except with --plaid, where the ids default to the "
+         "passage ids 0, 1, ...",
          "", false},
         {"chunk-mb", "MB", "token bytes per stream message", "8", false}},
        RunAdd},
@@ -1611,17 +1949,34 @@ const std::vector<CommandDef>& Commands() {
        "rank documents for a query (rerank with candidates, else scan)",
        {{"corpus", "N", "corpus (or alias) to rank", nullptr, true},
         {"query", "q.npy",
-         "float32/float16 [Lq, dim], or [Nq, Lq, dim] for a batch", nullptr,
-         true},
-        {"candidates", "ID,ID,...", "candidate ids (rerank)", nullptr, false},
-        {"candidates-file", "FILE", "candidate ids, one per line", nullptr,
+         ".npy or safetensors file of float32, float16 or bfloat16 (.npy: "
+         "ml_dtypes' '<V2' or '|V2'; safetensors: BF16) [Lq, dim], or "
+         "[Nq, Lq, dim] for a batch; one query is sent in its own dtype",
+         nullptr, true},
+        {"query-tensor", "NAME",
+         "safetensors: the query's tensor (default: \"query\", else the "
+         "file's only tensor)",
+         "", false},
+        {"query-dtype", "auto|bfloat16",
+         "bfloat16 (or bf16): the file holds bfloat16, and a uint16 array "
+         "(.npy '<u2', safetensors U16) holds its bits",
+         "auto", false},
+        {"candidates", "ID,ID,...",
+         "candidate ids (rerank), split at each ',' and not trimmed", nullptr,
+         false},
+        {"candidates-file", "FILE",
+         "candidate ids, one per line, byte for byte (as add's --ids)", nullptr,
          false},
         {"top-k", "K", "results to return", "10", false}},
        RunQuery},
       {"delete",
        "delete documents by id",
        {{"corpus", "N", "corpus", nullptr, true},
-        {"ids", "ID,ID,...", "ids to delete", nullptr, true},
+        {"ids", "ID,ID,...", "ids to delete, split at each ',' and not trimmed",
+         nullptr, false},
+        {"ids-file", "FILE",
+         "ids to delete, one per line, byte for byte (as add's --ids)", nullptr,
+         false},
         {"ignore-missing", nullptr, "skip unknown ids instead of failing",
          nullptr, false}},
        RunDelete},

@@ -79,6 +79,11 @@ struct CorpusLimits {
   // of them; a smaller one goes whole to the shard holding the fewest bytes
   // of the corpus.
   int64_t shard_split_bytes = int64_t{8} << 20;
+  // Most corpora a CorpusRegistry holds, counting those on disk that failed
+  // to load (they hold their name): Create and LoadCorpus past it are
+  // RESOURCE_EXHAUSTED naming --max_corpora. At least 1. Corpora found on
+  // disk at start are all loaded, even past it.
+  int32_t max_corpora = 1000;
 };
 
 // Checks a corpus name and configuration; names the field and the limit.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/half.h"
+#include "kernels/status_macros.h"
 
 // The format (numpy/lib/format.py, NEP 1):
 //
@@ -41,6 +42,9 @@ constexpr size_t kHeaderAlign = 64;
 int64_t DescrSize(absl::string_view descr) {
   if (descr == "<f4" || descr == "<i4") return 4;
   if (descr == "<f2" || descr == "<u2") return 2;
+  // numpy's type string of ml_dtypes.bfloat16, and of plain 2-byte voids
+  // (NpyFloatDType).
+  if (descr == "<V2" || descr == "|V2") return 2;
   if (descr == "<i8") return 8;
   if (descr == "|u1" || descr == "<u1") return 1;  // fast-plaid residuals
   return 0;
@@ -377,7 +381,8 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
   if (element_size == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("npy file '", name, "': unsupported dtype '", array.descr,
-                     "' (supported: <f4, <f2, <u2, <i8, <i4, |u1)"));
+                     "' (supported: <f4, <f2, <u2, <V2, |V2, <i8, <i4, "
+                     "|u1)"));
   }
   if (fortran->boolean) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -561,6 +566,44 @@ absl::StatusOr<std::vector<float>> NpyToFloat32(const NpyArray& array,
       out[i] = HalfToFloat(h);
     }
   }
+  return out;
+}
+
+absl::StatusOr<DType> NpyFloatDType(const NpyArray& array,
+                                    absl::string_view name,
+                                    bool uint16_is_bfloat16) {
+  if (array.descr == "<f4") return DType::kFloat32;
+  if (array.descr == "<f2") return DType::kFloat16;
+  if (array.descr == "<V2" || array.descr == "|V2") return DType::kBFloat16;
+  if (array.descr == "<u2" && uint16_is_bfloat16) return DType::kBFloat16;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "npy file '", name,
+      "': expected float32 '<f4', float16 '<f2' or bfloat16 ('<V2' or "
+      "'|V2', as np.save writes ml_dtypes.bfloat16",
+      uint16_is_bfloat16 ? ", or its bits as '<u2'" : "", "), got '",
+      array.descr, "'"));
+}
+
+absl::StatusOr<NpyDocuments> DocumentsFromNpy(const NpyArray& tokens,
+                                              absl::string_view tokens_name,
+                                              const NpyArray& cu_seqlens,
+                                              absl::string_view cu_name) {
+  if (tokens.shape.size() != 2 || tokens.shape[1] < 1 ||
+      tokens.shape[1] > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", tokens_name, "' must be a 2-D [tokens, dim] array"));
+  }
+  NpyDocuments out;
+  MAXSIMD_ASSIGN_OR_RETURN(out.cu_seqlens, NpyToInt64(cu_seqlens, cu_name));
+  if (out.cu_seqlens.empty() || out.cu_seqlens.front() != 0 ||
+      out.cu_seqlens.back() != tokens.shape[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", cu_name, "' must run from 0 to the ", tokens.shape[0],
+                     " token rows of '", tokens_name, "'"));
+  }
+  out.dim = static_cast<int32_t>(tokens.shape[1]);
+  MAXSIMD_ASSIGN_OR_RETURN(out.tokens, NpyToFloat32(tokens, tokens_name));
+  out.float16 = tokens.descr == "<f2";
   return out;
 }
 

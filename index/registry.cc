@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <iterator>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +25,16 @@ std::string CorpusRegistry::CorpusDir(const std::string& name) const {
 namespace {
 
 constexpr absl::string_view kAliasesFile = "ALIASES";
+// The aliases as they were before the last change (FORMAT.md).
+constexpr absl::string_view kAliasesBackupFile = "ALIASES.prev";
+
+// The alias map in the alias file `path`: its DATA_LOSS (or I/O error)
+// when it is unusable, DATA_LOSS "missing" when it is absent.
+absl::StatusOr<std::map<std::string, std::string>> ReadAliasFile(
+    const std::string& path) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  return DecodeAliases(bytes, path);
+}
 
 // A corpus directory left by a crash inside CorpusStore::Create: no
 // manifest, and nothing but a manifest being written (a real corpus that
@@ -77,19 +90,67 @@ absl::StatusOr<CorpusRegistry::LoadReport> CorpusRegistry::LoadAll() {
     report.corpora.emplace_back(name, corpus.status());
   }
   const std::string aliases_path = absl::StrCat(data_dir_, "/", kAliasesFile);
-  if (access(aliases_path.c_str(), F_OK) == 0) {
-    absl::StatusOr<std::string> bytes = ReadWholeFile(aliases_path);
-    absl::StatusOr<std::map<std::string, std::string>> aliases =
-        bytes.ok() ? DecodeAliases(*bytes, aliases_path)
-                   : absl::StatusOr<std::map<std::string, std::string>>(
-                         bytes.status());
-    if (aliases.ok()) {
-      absl::MutexLock lock(&mu_);
-      aliases_ = *std::move(aliases);
-    }
-    report.aliases = aliases.status();
+  const std::string backup_path =
+      absl::StrCat(data_dir_, "/", kAliasesBackupFile);
+  // Commits that a crash interrupted before their rename; never read.
+  for (const std::string& path : {aliases_path, backup_path}) {
+    (void)unlink(absl::StrCat(path, ".tmp").c_str());
   }
+  if (access(aliases_path.c_str(), F_OK) != 0) return report;
+  absl::StatusOr<std::map<std::string, std::string>> aliases =
+      ReadAliasFile(aliases_path);
+  report.aliases = aliases.status();
+  if (!aliases.ok()) {
+    aliases = ReadAliasFile(backup_path);
+    report.aliases_backup = aliases.status();
+  }
+  absl::MutexLock name_changes(&alias_mu_);
+  absl::MutexLock lock(&mu_);
+  if (aliases.ok()) {
+    aliases_ = *std::move(aliases);
+    alias_state_ = AliasState::kSound;
+    if (!report.aliases.ok()) {
+      // A backup may be older than the corpora: an alias whose name became
+      // a corpus's, or whose corpus was dropped since, is not restored.
+      alias_state_ = AliasState::kFromBackup;
+      for (auto it = aliases_.begin(); it != aliases_.end();) {
+        const bool stale =
+            corpora_.count(it->first) > 0 || failed_.count(it->first) > 0 ||
+            (corpora_.count(it->second) == 0 && failed_.count(it->second) == 0);
+        if (stale) report.aliases_dropped.push_back(it->first);
+        it = stale ? aliases_.erase(it) : std::next(it);
+      }
+    }
+    return report;
+  }
+  aliases_.clear();
+  alias_state_ = AliasState::kUnknown;
+  aliases_unknown_ = absl::DataLossError(absl::StrCat(
+      "the aliases are unknown: ", report.aliases.message(),
+      "; the backup: ", report.aliases_backup.message(), ". Repair or restore ",
+      aliases_path, " (or remove it and ", backup_path,
+      " to start without aliases), then restart the server"));
   return report;
+}
+
+absl::Status CorpusRegistry::CheckAliasesKnownLocked() const {
+  return alias_state_ == AliasState::kUnknown ? aliases_unknown_
+                                              : absl::OkStatus();
+}
+
+absl::Status CorpusRegistry::CheckNewNameLocked(const std::string& name) const {
+  MAXSIMD_RETURN_IF_ERROR(CheckAliasesKnownLocked());
+  MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(name));
+  // Name changes hold alias_mu_, so busy_ is empty here: corpora_ and
+  // failed_ (disjoint) are every name held.
+  const int64_t held = static_cast<int64_t>(corpora_.size() + failed_.size());
+  if (held >= limits_.max_corpora) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "name: corpus \"", name, "\" would exceed the limit: the server holds ",
+        held, " corpora (counting those that failed to load) and ",
+        "--max_corpora is ", limits_.max_corpora, "; drop one first"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CorpusRegistry::CheckFreeLocked(const std::string& name) const {
@@ -109,7 +170,7 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Create(
   absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
-    MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(config.name));
+    MAXSIMD_RETURN_IF_ERROR(CheckNewNameLocked(config.name));
     busy_.insert(config.name);
   }
   absl::StatusOr<std::shared_ptr<Corpus>> corpus;
@@ -142,6 +203,12 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::Get(
         absl::StrCat("corpus \"", name,
                      "\" could not be loaded: ", failed->second.message()));
   }
+  if (alias_state_ == AliasState::kUnknown) {
+    return absl::DataLossError(
+        absl::StrCat("corpus: \"", name.substr(0, 160),
+                     "\" is not a corpus, and may be an alias: ",
+                     aliases_unknown_.message()));
+  }
   return absl::NotFoundError(
       absl::StrCat("corpus: \"", name.substr(0, 160), "\" does not exist"));
 }
@@ -152,6 +219,7 @@ absl::Status CorpusRegistry::Drop(const std::string& name) {
   absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckAliasesKnownLocked());
     std::vector<std::string> naming;
     for (const auto& [alias, corpus] : aliases_) {
       if (corpus == name) naming.push_back(alias);
@@ -203,22 +271,24 @@ absl::StatusOr<std::shared_ptr<Corpus>> CorpusRegistry::LoadCorpus(
   absl::MutexLock names(&alias_mu_);
   {
     absl::MutexLock lock(&mu_);
-    MAXSIMD_RETURN_IF_ERROR(CheckFreeLocked(target));
+    MAXSIMD_RETURN_IF_ERROR(CheckNewNameLocked(target));
     busy_.insert(target);
   }
   auto load = [&]() -> absl::StatusOr<std::shared_ptr<Corpus>> {
     std::unique_ptr<CorpusStore> store;
     if (!data_dir_.empty()) {
-      MAXSIMD_ASSIGN_OR_RETURN(store,
-                               CorpusStore::Create(CorpusDir(target), config));
+      // Whole or not at all: a crash midway leaves a `.partial-*`
+      // directory that LoadAll removes, never a corpus of part of it.
       std::vector<CorpusStore::SegmentToWrite> segments;
       for (size_t i = 0; i < contents.segments.size(); ++i) {
         const StoredSegment& s = contents.manifest.segments[i];
         segments.push_back({&contents.segments[i], &contents.tombstones[i],
                             s.base_index, s.shard});
       }
-      MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(
-          segments, contents.codec ? &*contents.codec : nullptr));
+      MAXSIMD_ASSIGN_OR_RETURN(
+          store, CorpusStore::CreateWhole(
+                     CorpusDir(target), config, segments,
+                     contents.codec ? &*contents.codec : nullptr));
     }
     return Corpus::Restore(limits_, backend_, std::move(store),
                            std::move(contents));
@@ -238,21 +308,27 @@ absl::Status CorpusRegistry::CommitAliases(
     std::map<std::string, std::string> aliases) {
   if (!data_dir_.empty()) {
     const std::string path = absl::StrCat(data_dir_, "/", kAliasesFile);
+    std::map<std::string, std::string> committed;
+    {
+      absl::MutexLock lock(&mu_);
+      committed = aliases_;
+    }
+    // The backup first: at every moment one of the two files holds a
+    // committed state, and after this commit ALIASES.prev the one before.
+    MAXSIMD_RETURN_IF_ERROR(
+        ReplaceFileDurably(absl::StrCat(data_dir_, "/", kAliasesBackupFile),
+                           EncodeAliases(committed)));
     absl::Status s = ReplaceFileDurably(path, EncodeAliases(aliases));
     if (!s.ok()) {
       // The new file may be in place (its directory's sync failed after
       // the rename): put the committed aliases back, best effort.
-      std::map<std::string, std::string> committed;
-      {
-        absl::MutexLock lock(&mu_);
-        committed = aliases_;
-      }
       (void)ReplaceFileDurably(path, EncodeAliases(committed));
       return s;
     }
   }
   absl::MutexLock lock(&mu_);
   aliases_ = std::move(aliases);
+  alias_state_ = AliasState::kSound;
   return absl::OkStatus();
 }
 
@@ -270,6 +346,7 @@ absl::StatusOr<std::string> CorpusRegistry::SetAlias(
   std::string previous;
   {
     absl::MutexLock lock(&mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckAliasesKnownLocked());
     if (corpora_.count(alias) > 0 || failed_.count(alias) > 0 ||
         busy_.count(alias) > 0) {
       return absl::AlreadyExistsError(
@@ -294,6 +371,7 @@ absl::Status CorpusRegistry::DeleteAlias(const std::string& alias) {
   std::map<std::string, std::string> next;
   {
     absl::MutexLock lock(&mu_);
+    MAXSIMD_RETURN_IF_ERROR(CheckAliasesKnownLocked());
     if (aliases_.count(alias) == 0) {
       return absl::NotFoundError(
           absl::StrCat("alias: \"", alias.substr(0, 160), "\" does not exist"));
@@ -304,9 +382,26 @@ absl::Status CorpusRegistry::DeleteAlias(const std::string& alias) {
   return CommitAliases(std::move(next));
 }
 
-std::map<std::string, std::string> CorpusRegistry::Aliases() const {
+absl::StatusOr<std::map<std::string, std::string>> CorpusRegistry::Aliases()
+    const {
   absl::MutexLock lock(&mu_);
+  MAXSIMD_RETURN_IF_ERROR(CheckAliasesKnownLocked());
   return aliases_;
+}
+
+CorpusRegistry::AliasState CorpusRegistry::alias_state() const {
+  absl::MutexLock lock(&mu_);
+  return alias_state_;
+}
+
+std::map<std::string, absl::Status> CorpusRegistry::Failed() const {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
+int64_t CorpusRegistry::NumCorpora() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(corpora_.size() + failed_.size());
 }
 
 std::vector<std::shared_ptr<Corpus>> CorpusRegistry::List() const {

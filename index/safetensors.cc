@@ -378,6 +378,48 @@ absl::StatusOr<SafetensorsDocuments> DocumentsFromSafetensors(
   return out;
 }
 
+absl::StatusOr<SafetensorsFloatTensor> FloatTensorFromSafetensors(
+    const SafetensorsFile& file, absl::string_view tensor,
+    absl::string_view name, bool uint16_is_bfloat16) {
+  SafetensorsFloatTensor out;
+  auto it = file.tensors.end();
+  if (!tensor.empty()) {
+    it = file.tensors.find(std::string(tensor));
+  } else if (file.tensors.count("query") > 0) {
+    it = file.tensors.find("query");
+  } else if (file.tensors.size() == 1) {
+    it = file.tensors.begin();
+  }
+  if (it == file.tensors.end()) {
+    std::string names;
+    for (const auto& [key, t] : file.tensors) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", "\"", key, "\"");
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "safetensors file ", name, ": ",
+        tensor.empty()
+            ? "no tensor \"query\" and not exactly one tensor; name one"
+            : absl::StrCat("no tensor \"", tensor, "\""),
+        " (it has ", names.empty() ? "none" : names, ")"));
+  }
+  out.tensor = &it->second;
+  out.name = it->first;
+  const std::string& dtype = it->second.dtype;
+  if (dtype == "F32") {
+    out.dtype = DType::kFloat32;
+  } else if (dtype == "F16") {
+    out.dtype = DType::kFloat16;
+  } else if (dtype == "BF16" || (dtype == "U16" && uint16_is_bfloat16)) {
+    out.dtype = DType::kBFloat16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "safetensors file ", name, ": tensor \"", it->first, "\" has dtype ",
+        dtype, "; expected F32, F16 or BF16",
+        uint16_is_bfloat16 ? " (or U16 holding bfloat16 bits)" : ""));
+  }
+  return out;
+}
+
 std::string SerializeSafetensors(const SafetensorsFile& file) {
   std::string header = "{";
   std::string data;

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/types.h"
 
 namespace maxsimd {
 
@@ -56,6 +57,23 @@ struct SafetensorsDocuments {
 };
 absl::StatusOr<SafetensorsDocuments> DocumentsFromSafetensors(
     const SafetensorsFile& file, absl::string_view name);
+
+// The one tensor of float embeddings a caller reads from a file
+// (maxsimctl's query): `tensor` names it; "" picks the tensor "query" when
+// the file has one, else the file's only tensor. Its dtype must be F32,
+// F16 or BF16 (native in safetensors: the top half of each binary32), or
+// U16 holding bfloat16 bits when `uint16_is_bfloat16`; `dtype` says which,
+// and the tensor's bytes are left as they are. INVALID_ARGUMENT naming the
+// file and the tensor (or, when none is picked, the tensors it has)
+// otherwise. The pointer is into `file`.
+struct SafetensorsFloatTensor {
+  const SafetensorsTensor* tensor = nullptr;
+  std::string name;
+  DType dtype = DType::kFloat32;
+};
+absl::StatusOr<SafetensorsFloatTensor> FloatTensorFromSafetensors(
+    const SafetensorsFile& file, absl::string_view tensor,
+    absl::string_view name, bool uint16_is_bfloat16);
 
 // Serialises tensors (for tests and tools); offsets in name order.
 std::string SerializeSafetensors(const SafetensorsFile& file);

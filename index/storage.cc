@@ -13,13 +13,19 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <set>
 #include <thread>
 #include <utility>
 
+#include "absl/base/macros.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "kernels/fault_injection.h"
 #include "kernels/status_macros.h"
 
@@ -27,7 +33,11 @@ namespace maxsimd {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'A', 'X', 'S', 'I', 'M', 'D', '\0'};
-constexpr uint32_t kVersion = 1;
+// Version 2 is version 1 with a leading 'corp' block (the corpus id) in the
+// per-corpus kinds; a file without an id is written as version 1.
+constexpr uint32_t kLegacyVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kCorpusIdBytes = 16;
 constexpr uint32_t kEndTag = 0xffffffffu;
 enum FileKind : uint32_t {
   kSegmentKind = 1,
@@ -108,12 +118,26 @@ void PutString(std::string* out, absl::string_view s) {
   out->append(s.data(), s.size());
 }
 
+bool IsCorpusId(absl::string_view id) {
+  return id.size() == 2 * kCorpusIdBytes &&
+         std::all_of(id.begin(), id.end(), [](char c) {
+           return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
+                  (c >= 'a' && c <= 'f');
+         });
+}
+
 class FileBuilder {
  public:
-  explicit FileBuilder(FileKind kind) {
+  // A file of `kind`; with a corpus id, of version 2 and its 'corp' block
+  // first.
+  explicit FileBuilder(FileKind kind, absl::string_view corpus_id = "") {
     out_.append(kMagic, sizeof(kMagic));
     Put<uint32_t>(&out_, kind);
-    Put<uint32_t>(&out_, kVersion);
+    Put<uint32_t>(&out_, corpus_id.empty() ? kLegacyVersion : kVersion);
+    if (!corpus_id.empty()) {
+      ABSL_ASSERT(IsCorpusId(corpus_id));
+      Block(Tag("corp"), absl::HexStringToBytes(corpus_id));
+    }
   }
   void Block(uint32_t tag, absl::string_view payload) {
     const size_t start = out_.size();
@@ -189,10 +213,14 @@ class Cursor {
 
 // Checks the framing of a whole file of `kind` and returns the payloads of
 // its blocks, which must carry `tags` in this order, followed by those of
-// `optional` (in this order, each present or not) that the file holds.
+// `optional` (in this order, each present or not) that the file holds. A
+// version 2 file's leading 'corp' block is not among them: its id goes to
+// *corpus_id (empty for version 1), and a kind that carries no id passes
+// null, refusing version 2.
 absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     absl::string_view bytes, FileKind kind, const std::vector<uint32_t>& tags,
-    absl::string_view name, const std::vector<uint32_t>& optional = {}) {
+    absl::string_view name, const std::vector<uint32_t>& optional = {},
+    std::string* corpus_id = nullptr) {
   constexpr size_t kHeader = sizeof(kMagic) + 8;
   if (bytes.size() < sizeof(kMagic) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -206,10 +234,15 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     return Loss(name, absl::StrCat("is a file of kind ", got_kind,
                                    ", expected kind ", kind));
   }
-  if (version != kVersion) {
-    return Loss(name, absl::StrCat("format version ", version,
-                                   " is not supported (this build reads ",
-                                   kVersion, ")"));
+  if (version != kLegacyVersion &&
+      (version != kVersion || corpus_id == nullptr)) {
+    return Loss(name, absl::StrCat(
+                          "format version ", version,
+                          " is not supported (this build reads ",
+                          corpus_id == nullptr
+                              ? absl::StrCat(kLegacyVersion)
+                              : absl::StrCat(kLegacyVersion, " and ", kVersion),
+                          " for kind ", kind, ")"));
   }
   std::vector<absl::string_view> payloads;
   size_t at = kHeader;
@@ -247,6 +280,18 @@ absl::StatusOr<std::vector<absl::string_view>> ParseFile(
     at += 12 + len + 4;
     return absl::OkStatus();
   };
+  if (corpus_id != nullptr) corpus_id->clear();
+  if (version == kVersion) {
+    MAXSIMD_RETURN_IF_ERROR(read_block(Tag("corp")));
+    const absl::string_view id = payloads.back();
+    payloads.pop_back();
+    if (id.size() != kCorpusIdBytes) {
+      return Cursor(id, name, Tag("corp"))
+          .Malformed(absl::StrCat("has ", id.size(), " bytes; an id has ",
+                                  kCorpusIdBytes));
+    }
+    *corpus_id = absl::BytesToHexString(id);
+  }
   for (uint32_t want : tags) MAXSIMD_RETURN_IF_ERROR(read_block(want));
   for (uint32_t want : optional) {
     // Present when its tag comes next: the end tag is no block's tag, and a
@@ -298,6 +343,19 @@ uint32_t StoredDTypeCode(DType d) {
       break;
   }
   return 1;
+}
+
+// The number n of a corpus file named "<prefix>-<n>.msd"; false for any
+// other name.
+bool FileNumber(absl::string_view file, uint64_t* number) {
+  if (!absl::ConsumeSuffix(&file, ".msd")) return false;
+  const size_t dash = file.find_last_of('-');
+  if (dash == absl::string_view::npos) return false;
+  const absl::string_view digits = file.substr(dash + 1);
+  return !digits.empty() &&
+         std::all_of(digits.begin(), digits.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }) &&
+         absl::SimpleAtoi(digits, number);
 }
 
 std::string Join(const std::string& dir, absl::string_view file) {
@@ -383,8 +441,16 @@ absl::Status RemoveTree(const std::string& path) {
 // ---------------------------------------------------------------------------
 // Segment, tombstone and manifest files
 
-std::string EncodeSegmentFile(const SegmentData& data) {
-  FileBuilder f(kSegmentKind);
+std::string NewCorpusId() {
+  std::random_device random;  // the kernel's generator (getrandom)
+  std::string bytes;
+  while (bytes.size() < kCorpusIdBytes) Put<uint32_t>(&bytes, random());
+  return absl::BytesToHexString(bytes);
+}
+
+std::string EncodeSegmentFile(const SegmentData& data,
+                              absl::string_view corpus_id) {
+  FileBuilder f(kSegmentKind, corpus_id);
   const int64_t docs = static_cast<int64_t>(data.ids.size());
   std::string meta;
   Put<int32_t>(&meta, data.dim);
@@ -416,12 +482,15 @@ std::string EncodeSegmentFile(const SegmentData& data) {
 }
 
 absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
-                                              absl::string_view name) {
+                                              absl::string_view name,
+                                              std::string* corpus_id) {
+  std::string id;
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> b,
       ParseFile(bytes, kSegmentKind,
                 {Tag("meta"), Tag("offs"), Tag("ids "), Tag("toks")}, name,
-                {Tag("scal"), Tag("code")}));
+                {Tag("scal"), Tag("code")}, &id));
+  if (corpus_id != nullptr) *corpus_id = id;
   SegmentData data;
   Cursor meta(b[0], name, Tag("meta"));
   MAXSIMD_ASSIGN_OR_RETURN(data.dim, meta.Get<int32_t>());
@@ -529,8 +598,9 @@ absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
   return data;
 }
 
-std::string EncodeCodecFile(const PlaidCodec& codec) {
-  FileBuilder f(kCodecKind);
+std::string EncodeCodecFile(const PlaidCodec& codec,
+                            absl::string_view corpus_id) {
+  FileBuilder f(kCodecKind, corpus_id);
   std::string meta;
   Put<int32_t>(&meta, codec.dim);
   Put<int32_t>(&meta, codec.nbits);
@@ -547,11 +617,15 @@ std::string EncodeCodecFile(const PlaidCodec& codec) {
 }
 
 absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
-                                           absl::string_view name) {
+                                           absl::string_view name,
+                                           std::string* corpus_id) {
+  std::string id;
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> b,
       ParseFile(bytes, kCodecKind,
-                {Tag("meta"), Tag("cent"), Tag("wght"), Tag("cuts")}, name));
+                {Tag("meta"), Tag("cent"), Tag("wght"), Tag("cuts")}, name, {},
+                &id));
+  if (corpus_id != nullptr) *corpus_id = id;
   PlaidCodec c;
   Cursor meta(b[0], name, Tag("meta"));
   MAXSIMD_ASSIGN_OR_RETURN(c.dim, meta.Get<int32_t>());
@@ -575,8 +649,9 @@ absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
 }
 
 std::string EncodeTombstoneFile(int64_t num_docs,
-                                const std::vector<uint32_t>& bits) {
-  FileBuilder f(kTombstoneKind);
+                                const std::vector<uint32_t>& bits,
+                                absl::string_view corpus_id) {
+  FileBuilder f(kTombstoneKind, corpus_id);
   std::string meta;
   Put<int64_t>(&meta, num_docs);
   f.Block(Tag("meta"), meta);
@@ -587,10 +662,14 @@ std::string EncodeTombstoneFile(int64_t num_docs,
 }
 
 absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
-    absl::string_view bytes, int64_t num_docs, absl::string_view name) {
+    absl::string_view bytes, int64_t num_docs, absl::string_view name,
+    std::string* corpus_id) {
+  std::string id;
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> b,
-      ParseFile(bytes, kTombstoneKind, {Tag("meta"), Tag("bits")}, name));
+      ParseFile(bytes, kTombstoneKind, {Tag("meta"), Tag("bits")}, name, {},
+                &id));
+  if (corpus_id != nullptr) *corpus_id = id;
   Cursor meta(b[0], name, Tag("meta"));
   MAXSIMD_ASSIGN_OR_RETURN(int64_t docs, meta.Get<int64_t>());
   MAXSIMD_RETURN_IF_ERROR(meta.ExpectEnd());
@@ -614,7 +693,7 @@ absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
 }
 
 std::string EncodeManifest(const Manifest& m) {
-  FileBuilder f(kManifest);
+  FileBuilder f(kManifest, m.corpus_id);
   std::string conf;
   PutString(&conf, m.config.name);
   Put<int32_t>(&conf, m.config.dim);
@@ -645,16 +724,21 @@ std::string EncodeManifest(const Manifest& m) {
     Put<int32_t>(&segs, s.shard);
   }
   f.Block(Tag("segs"), segs);
+  if (!m.corpus_id.empty() && m.legacy_below > 0) {
+    std::string legacy;
+    Put<uint64_t>(&legacy, m.legacy_below);
+    f.Block(Tag("lgcy"), legacy);
+  }
   return f.Finish();
 }
 
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
                                         absl::string_view name) {
+  Manifest m;
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<absl::string_view> b,
-      ParseFile(bytes, kManifest, {Tag("conf"), Tag("next"), Tag("segs")},
-                name));
-  Manifest m;
+      ParseFile(bytes, kManifest, {Tag("conf"), Tag("next"), Tag("segs")}, name,
+                {Tag("lgcy")}, &m.corpus_id));
   Cursor conf(b[0], name, Tag("conf"));
   MAXSIMD_ASSIGN_OR_RETURN(m.config.name, conf.GetString());
   MAXSIMD_ASSIGN_OR_RETURN(m.config.dim, conf.Get<int32_t>());
@@ -708,6 +792,19 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
     m.segments.push_back(std::move(s));
   }
   MAXSIMD_RETURN_IF_ERROR(segs.ExpectEnd());
+  if (b.size() > 3) {
+    Cursor legacy(b[3], name, Tag("lgcy"));
+    if (m.corpus_id.empty()) {
+      return legacy.Malformed("is in a version 1 manifest");
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(m.legacy_below, legacy.Get<uint64_t>());
+    MAXSIMD_RETURN_IF_ERROR(legacy.ExpectEnd());
+    if (m.legacy_below == 0 || m.legacy_below > m.next_file) {
+      return legacy.Malformed(absl::StrCat("has ", m.legacy_below,
+                                           "; it must be in [1, next file ",
+                                           m.next_file, "]"));
+    }
+  }
   return m;
 }
 
@@ -846,6 +943,7 @@ absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Create(
   }
   Manifest m;
   m.config = config;
+  m.corpus_id = NewCorpusId();
   std::unique_ptr<CorpusStore> store(new CorpusStore(dir, m));
   absl::Status s = store->Commit({});
   // The new directory's entry in its parent.
@@ -860,7 +958,14 @@ absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Create(
 absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::Open(
     const std::string& dir, StoredCorpus* contents) {
   MAXSIMD_RETURN_IF_ERROR(Read(dir, contents));
-  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, contents->manifest));
+  Manifest& m = contents->manifest;
+  if (m.corpus_id.empty()) {
+    // Written before corpus ids: the files there now stay id-less legacy
+    // files; every file from here on, and the next manifest, carry the id.
+    m.corpus_id = NewCorpusId();
+    m.legacy_below = m.next_file;
+  }
+  std::unique_ptr<CorpusStore> store(new CorpusStore(dir, m));
   store->CollectGarbage();
   return store;
 }
@@ -869,6 +974,28 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
   const std::string manifest_path = Join(dir, kManifestName);
   MAXSIMD_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(manifest_path));
   MAXSIMD_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, manifest_path));
+  // A named file must be this corpus's: a file copied in from another
+  // corpus (whole, so its own checksums hold) carries that corpus's id.
+  auto check_id = [&](const std::string& file, const std::string& path,
+                      const std::string& id) -> absl::Status {
+    if (id == m.corpus_id) return absl::OkStatus();
+    if (id.empty()) {
+      uint64_t number = 0;
+      if (FileNumber(file, &number) && number < m.legacy_below) {
+        return absl::OkStatus();  // written before the corpus had its id
+      }
+      return Loss(path, absl::StrCat("carries no corpus id (format version ",
+                                     kLegacyVersion, "), but ", manifest_path,
+                                     " is of corpus id ", m.corpus_id,
+                                     ": it is not this corpus's file"));
+    }
+    return Loss(
+        path, absl::StrCat("carries corpus id ", id, ", but ", manifest_path,
+                           m.corpus_id.empty()
+                               ? " carries none"
+                               : absl::StrCat(" is of corpus id ", m.corpus_id),
+                           ": it is another corpus's file"));
+  };
   contents->segments.clear();
   contents->tombstones.clear();
   contents->codec.reset();
@@ -886,8 +1013,10 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
     const std::string path = Join(dir, m.codec_file);
     MAXSIMD_ASSIGN_OR_RETURN(std::string codec_bytes,
                              read_named("codec", path));
+    std::string id;
     MAXSIMD_ASSIGN_OR_RETURN(PlaidCodec codec,
-                             DecodeCodecFile(codec_bytes, path));
+                             DecodeCodecFile(codec_bytes, path, &id));
+    MAXSIMD_RETURN_IF_ERROR(check_id(m.codec_file, path, id));
     if (codec.dim != m.config.dim ||
         PlaidDType(codec.nbits) != m.config.storage_dtype) {
       return Loss(path,
@@ -902,8 +1031,10 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
     const std::string path = Join(dir, s.file);
     MAXSIMD_ASSIGN_OR_RETURN(std::string seg_bytes,
                              read_named("segment", path));
+    std::string id;
     MAXSIMD_ASSIGN_OR_RETURN(SegmentData data,
-                             DecodeSegmentFile(seg_bytes, path));
+                             DecodeSegmentFile(seg_bytes, path, &id));
+    MAXSIMD_RETURN_IF_ERROR(check_id(s.file, path, id));
     if (static_cast<int64_t>(data.ids.size()) != s.num_docs ||
         data.dim != m.config.dim || data.dtype != m.config.storage_dtype) {
       return Loss(path,
@@ -925,7 +1056,8 @@ absl::Status CorpusStore::Read(const std::string& dir, StoredCorpus* contents) {
       MAXSIMD_ASSIGN_OR_RETURN(std::string tomb_bytes,
                                read_named("tombstone", tpath));
       MAXSIMD_ASSIGN_OR_RETURN(
-          bits, DecodeTombstoneFile(tomb_bytes, s.num_docs, tpath));
+          bits, DecodeTombstoneFile(tomb_bytes, s.num_docs, tpath, &id));
+      MAXSIMD_RETURN_IF_ERROR(check_id(s.tombstones, tpath, id));
     }
     contents->tombstones.push_back(std::move(bits));
   }
@@ -939,23 +1071,24 @@ std::string CorpusStore::NewFileName(absl::string_view prefix) {
 
 absl::StatusOr<std::string> CorpusStore::WriteSegment(const SegmentData& data) {
   std::string name = NewFileName("seg");
-  MAXSIMD_RETURN_IF_ERROR(
-      WriteFileDurably(Join(dir_, name), EncodeSegmentFile(data)));
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(
+      Join(dir_, name), EncodeSegmentFile(data, manifest_.corpus_id)));
   return name;
 }
 
 absl::StatusOr<std::string> CorpusStore::WriteTombstones(
     int64_t num_docs, const std::vector<uint32_t>& bits) {
   std::string name = NewFileName("tomb");
-  MAXSIMD_RETURN_IF_ERROR(
-      WriteFileDurably(Join(dir_, name), EncodeTombstoneFile(num_docs, bits)));
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(
+      Join(dir_, name),
+      EncodeTombstoneFile(num_docs, bits, manifest_.corpus_id)));
   return name;
 }
 
 absl::Status CorpusStore::WriteCodec(const PlaidCodec& codec) {
   std::string name = NewFileName("codec");
-  MAXSIMD_RETURN_IF_ERROR(
-      WriteFileDurably(Join(dir_, name), EncodeCodecFile(codec)));
+  MAXSIMD_RETURN_IF_ERROR(WriteFileDurably(
+      Join(dir_, name), EncodeCodecFile(codec, manifest_.corpus_id)));
   pending_codec_ = std::move(name);
   return absl::OkStatus();
 }
@@ -1028,8 +1161,9 @@ void CorpusStore::CollectGarbage() {
   }
 }
 
-absl::Status WriteCorpusDirectory(const std::string& dir,
-                                  const CorpusSnapshot& snapshot) {
+absl::StatusOr<std::unique_ptr<CorpusStore>> CorpusStore::CreateWhole(
+    const std::string& dir, const CorpusConfig& config,
+    const std::vector<SegmentToWrite>& segments, const PlaidCodec* codec) {
   const std::string parent = ParentDir(dir);
   MAXSIMD_RETURN_IF_ERROR(MakeDirectories(parent));
   struct stat st;
@@ -1037,7 +1171,7 @@ absl::Status WriteCorpusDirectory(const std::string& dir,
     return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
   }
   // Written under a hidden name next to `dir`, then renamed into place
-  // whole: `dir` never holds part of a snapshot, even after a crash (which
+  // whole: `dir` never holds part of a corpus, even after a crash (which
   // leaves the hidden directory behind).
   static std::atomic<uint64_t> partials{0};
   const size_t slash = dir.find_last_of('/');
@@ -1046,34 +1180,45 @@ absl::Status WriteCorpusDirectory(const std::string& dir,
       absl::StrCat(".partial-",
                    slash == std::string::npos ? dir : dir.substr(slash + 1),
                    "-", getpid(), "-", partials++));
-  auto write_all = [&]() -> absl::Status {
+  auto write_all = [&]() -> absl::StatusOr<std::unique_ptr<CorpusStore>> {
     MAXSIMD_ASSIGN_OR_RETURN(std::unique_ptr<CorpusStore> store,
-                             CorpusStore::Create(partial, snapshot.config()));
-    std::vector<CorpusStore::SegmentToWrite> segments;
-    for (size_t i = 0; i < snapshot.segments().size(); ++i) {
-      const Segment& seg = *snapshot.segments()[i];
-      const TombstoneSet* dead = snapshot.tombstones(i);
-      segments.push_back({&seg.data(),
-                          dead != nullptr ? &dead->bits() : nullptr,
-                          seg.base_index(), seg.shard()});
-    }
-    MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(
-        segments,
-        snapshot.codec() != nullptr ? &snapshot.codec()->codec() : nullptr));
+                             Create(partial, config));
+    MAXSIMD_RETURN_IF_ERROR(store->WriteAndCommit(segments, codec));
     if (Rename(partial, dir) != 0) {
-      // A snapshot of the same name that finished first.
+      // A directory of the same name that finished first.
       if (errno == EEXIST || errno == ENOTEMPTY) {
         return absl::AlreadyExistsError(absl::StrCat(dir, " already exists"));
       }
       return ErrnoStatus("rename", partial);
     }
     absl::Status synced = SyncDirectory(parent);
-    if (!synced.ok()) (void)RemoveTree(dir);  // not durably in place
-    return synced;
+    if (!synced.ok()) {
+      (void)RemoveTree(dir);  // not durably in place
+      return synced;
+    }
+    return std::unique_ptr<CorpusStore>(new CorpusStore(dir, store->manifest_));
   };
-  absl::Status s = write_all();
-  if (s.ok()) return s;
-  (void)RemoveTree(partial);
+  absl::StatusOr<std::unique_ptr<CorpusStore>> store = write_all();
+  if (!store.ok()) (void)RemoveTree(partial);
+  return store;
+}
+
+absl::Status WriteCorpusDirectory(const std::string& dir,
+                                  const CorpusSnapshot& snapshot) {
+  std::vector<CorpusStore::SegmentToWrite> segments;
+  for (size_t i = 0; i < snapshot.segments().size(); ++i) {
+    const Segment& seg = *snapshot.segments()[i];
+    const TombstoneSet* dead = snapshot.tombstones(i);
+    segments.push_back({&seg.data(), dead != nullptr ? &dead->bits() : nullptr,
+                        seg.base_index(), seg.shard()});
+  }
+  absl::Status s =
+      CorpusStore::CreateWhole(
+          dir, snapshot.config(), segments,
+          snapshot.codec() != nullptr ? &snapshot.codec()->codec() : nullptr)
+          .status();
+  // ALREADY_EXISTS names `dir` already.
+  if (s.ok() || absl::IsAlreadyExists(s)) return s;
   return absl::Status(s.code(),
                       absl::StrCat("snapshot ", dir, ": ", s.message()));
 }
@@ -1099,11 +1244,43 @@ absl::Status RemoveDroppedCorpora(const std::string& corpora_dir) {
   MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names,
                            ListFiles(corpora_dir));
   for (const std::string& n : names) {
-    if (absl::StartsWith(n, ".dropped-")) {
+    if (absl::StartsWith(n, ".dropped-") || absl::StartsWith(n, ".partial-")) {
       MAXSIMD_RETURN_IF_ERROR(RemoveTree(Join(corpora_dir, n)));
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// RemovePartialSnapshots below `dir`, adding to *removed.
+absl::Status RemovePartialsUnder(const std::string& dir, int* removed) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::vector<std::string> names, ListFiles(dir));
+  for (const std::string& n : names) {
+    const std::string path = Join(dir, n);
+    struct stat st;
+    // lstat: a symbolic link is never followed, nor removed.
+    if (lstat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus("stat", path);
+    }
+    if (!S_ISDIR(st.st_mode)) continue;
+    if (absl::StartsWith(n, ".partial-")) {
+      MAXSIMD_RETURN_IF_ERROR(RemoveTree(path));
+      ++*removed;
+    } else {
+      MAXSIMD_RETURN_IF_ERROR(RemovePartialsUnder(path, removed));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> RemovePartialSnapshots(const std::string& files_dir) {
+  int removed = 0;
+  MAXSIMD_RETURN_IF_ERROR(RemovePartialsUnder(files_dir, &removed));
+  return removed;
 }
 
 absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(

@@ -47,20 +47,44 @@ struct Manifest {
   std::vector<StoredSegment> segments;
   // PLAID: the codec file; empty before the corpus's first documents.
   std::string codec_file;
+  // The corpus id (NewCorpusId) that every file the manifest names carries;
+  // empty in a format version 1 manifest, which has none.
+  std::string corpus_id;
+  // Files numbered below this may be version 1 files without an id (a
+  // corpus written before ids existed, migrated when this id was given to
+  // it); 0: every file carries the id.
+  uint64_t legacy_below = 0;
 };
 
-// Encoders and decoders of the three file kinds. `name` only labels error
-// messages. Decoders check everything FORMAT.md lists.
-std::string EncodeSegmentFile(const SegmentData& data);
+// A fresh corpus id: 128 random bits as 32 lowercase hex digits. The id
+// names one corpus directory's set of files (index/FORMAT.md, "Corpus
+// id"), so that a file copied in from another corpus is DATA_LOSS.
+std::string NewCorpusId();
+
+// Encoders and decoders of the file kinds. `name` only labels error
+// messages. Decoders check everything FORMAT.md lists. An encoder given a
+// `corpus_id` (NewCorpusId's form) writes format version 2, which carries
+// it; without one, version 1 (what builds before the id wrote). A decoder
+// stores the id a file carries in *corpus_id when that is not null (empty
+// for a version 1 file); checking it against the manifest's is
+// CorpusStore::Read's job.
+std::string EncodeSegmentFile(const SegmentData& data,
+                              absl::string_view corpus_id = "");
 absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
-                                              absl::string_view name);
-std::string EncodeCodecFile(const PlaidCodec& codec);
+                                              absl::string_view name,
+                                              std::string* corpus_id = nullptr);
+std::string EncodeCodecFile(const PlaidCodec& codec,
+                            absl::string_view corpus_id = "");
 absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
-                                           absl::string_view name);
+                                           absl::string_view name,
+                                           std::string* corpus_id = nullptr);
 std::string EncodeTombstoneFile(int64_t num_docs,
-                                const std::vector<uint32_t>& bits);
+                                const std::vector<uint32_t>& bits,
+                                absl::string_view corpus_id = "");
 absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
-    absl::string_view bytes, int64_t num_docs, absl::string_view name);
+    absl::string_view bytes, int64_t num_docs, absl::string_view name,
+    std::string* corpus_id = nullptr);
+// The manifest carries its own id (Manifest::corpus_id).
 std::string EncodeManifest(const Manifest& manifest);
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
                                         absl::string_view name);
@@ -95,17 +119,22 @@ struct StoredCorpus {
 
 class CorpusStore {
  public:
-  // Makes `dir` holding `config` and no documents; ALREADY_EXISTS if `dir`
-  // exists.
+  // Makes `dir` holding `config` and no documents, under a fresh corpus
+  // id; ALREADY_EXISTS if `dir` exists.
   static absl::StatusOr<std::unique_ptr<CorpusStore>> Create(
       const std::string& dir, const CorpusConfig& config);
   // Reads `dir`'s manifest and every file it names into *contents, and
-  // removes files the manifest does not name. DATA_LOSS names the file.
+  // removes files the manifest does not name. DATA_LOSS names the file. A
+  // version 1 manifest (no corpus id) gets a fresh id here, which the
+  // store's next commit writes (its files already there stay legacy files,
+  // Manifest::legacy_below).
   static absl::StatusOr<std::unique_ptr<CorpusStore>> Open(
       const std::string& dir, StoredCorpus* contents);
 
   // Open() without the garbage collection: reads a corpus directory that
-  // is not ours (a snapshot to load), changing nothing in it.
+  // is not ours (a snapshot to load), changing nothing in it. A file whose
+  // corpus id is not its manifest's (a file of another corpus) is
+  // DATA_LOSS naming the file and both ids.
   static absl::Status Read(const std::string& dir, StoredCorpus* contents);
 
   const std::string& dir() const { return dir_; }
@@ -135,6 +164,22 @@ class CorpusStore {
   absl::Status WriteAndCommit(const std::vector<SegmentToWrite>& segments,
                               const PlaidCodec* codec = nullptr);
 
+  // Writes a whole corpus directory at `dir` (which must not exist; its
+  // parents are created as needed) holding `segments` (and `codec`) under
+  // a fresh corpus id, every file fsynced, and returns its store. The
+  // files are written into a hidden sibling directory
+  // (".partial-<name>-<pid>-<n>") renamed to `dir` once complete, so `dir`
+  // holds the whole corpus or nothing: a failed write (a full disk:
+  // RESOURCE_EXHAUSTED naming the file) removes everything it wrote, and a
+  // crash leaves only the hidden directory (deleted at start by
+  // RemoveDroppedCorpora in a data directory, RemovePartialSnapshots in a
+  // files directory).
+  // ALREADY_EXISTS if `dir` exists.
+  static absl::StatusOr<std::unique_ptr<CorpusStore>> CreateWhole(
+      const std::string& dir, const CorpusConfig& config,
+      const std::vector<SegmentToWrite>& segments,
+      const PlaidCodec* codec = nullptr);
+
   // Steps 2 and 3: makes `segments` the committed state. On error the
   // previous state stays committed (on disk and in manifest()): when the
   // new manifest was renamed into place but its directory could not be
@@ -158,23 +203,30 @@ class CorpusStore {
   std::optional<Manifest> unsure_;
 };
 
-// Writes a complete corpus directory at `dir` (which must not exist; its
-// parents are created as needed): one
-// segment file per segment, tombstone files where documents are deleted,
-// and the manifest, every file fsynced. Used for snapshots. The files are
-// written into a hidden sibling directory (".partial-<name>-<pid>-<n>")
-// renamed to `dir` once complete, so `dir` holds a whole snapshot or
-// nothing: a failed write (a full disk: RESOURCE_EXHAUSTED naming the file)
-// removes everything it wrote, and a crash leaves only the hidden
-// directory. ALREADY_EXISTS if `dir` exists.
+// Writes a complete corpus directory of `snapshot` at `dir` through
+// CorpusStore::CreateWhole (so under a fresh corpus id, and whole or not
+// at all): one segment file per segment, tombstone files where documents
+// are deleted, and the manifest. Used for snapshots. Errors name the
+// snapshot's path; ALREADY_EXISTS if `dir` exists.
 absl::Status WriteCorpusDirectory(const std::string& dir,
                                   const CorpusSnapshot& snapshot);
 
 // Removes a corpus directory: renames it to a `.dropped-*` sibling, syncs
 // the parent, then deletes it.
 absl::Status DestroyCorpusDirectory(const std::string& dir);
-// Deletes the `.dropped-*` directories a crash left in `corpora_dir`.
+// Deletes the `.dropped-*` directories (drops) and `.partial-*` directories
+// (loads, CorpusStore::CreateWhole) that a crash left in `corpora_dir`,
+// directly under it.
 absl::Status RemoveDroppedCorpora(const std::string& corpora_dir);
+// Deletes every `.partial-*` directory that a crash during a snapshot
+// (WriteCorpusDirectory) left under `files_dir`, at any depth, since a
+// snapshot's path may be nested; returns how many. Only directories so
+// named are removed, with everything in them; the walk never follows a
+// symbolic link (a link named `.partial-*` is left alone). Call it while
+// no snapshot is being written into `files_dir` (at start): it cannot tell
+// a crashed snapshot from one in progress. Errors: those of reading or
+// removing a directory, naming it (what was removed before stays removed).
+absl::StatusOr<int> RemovePartialSnapshots(const std::string& files_dir);
 // The corpus directories in `corpora_dir` (names not starting with '.'),
 // sorted.
 absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "kernels/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"
+#include "server/raw_message.h"
 #include "server/request_decoder.h"
 #include "server/reranker_service.h"
 #include "spdlog/spdlog.h"
@@ -148,25 +150,40 @@ void FinishUnary(grpc::CallbackServerContext* ctx,
   reactor->Finish(ToGrpcStatus(status));
 }
 
+}  // namespace
+
 // One AddDocuments stream: converts every message into a DocumentBuilder as
 // it arrives and commits the lot when the client half-closes. A bad message
 // ends the call at once with nothing added, and so does a stream that breaks
 // instead (the client cancelled or went away, or gRPC refused a message over
-// --max_message_bytes and answered the client itself). Deletes itself in
-// OnDone.
-class AddReactor final
-    : public grpc::ServerReadReactor<v1::AddDocumentsRequest> {
+// --max_message_bytes and answered the client itself), one that waits for
+// its next message past --write_idle_timeout (AdminService::EndIdleStreams
+// calls TimeOut), and one whose bytes do not fit --max_write_bytes. Counts
+// in the service's open streams from construction (AddDocuments counted it)
+// to OnDone, which releases its bytes and deletes it. (Outside the
+// anonymous namespace: the service befriends it.)
+class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   AddReactor(AdminService* service, grpc::CallbackServerContext* ctx,
-             v1::AddDocumentsResponse* response)
+             grpc::ByteBuffer* response)
       : service_(service),
         response_(response),
         arrival_(absl::Now()),
         request_id_(TakeRequestId(ctx)) {
-    StartRead(&request_);
+    {
+      absl::MutexLock lock(&service_->streams_mu_);
+      service_->streams_.insert(this);
+    }
+    absl::MutexLock lock(&mu_);
+    StartReadLocked();
   }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      if (finished_) return;  // timed out meanwhile
+    }
     if (!ok) {
       // A read fails at the client's half-close and also when the call
       // broke; a call's cancelled flag can still be unset then (a message
@@ -177,8 +194,8 @@ class AddReactor final
     }
     const absl::Status status = Consume();
     if (status.ok()) {
-      request_.Clear();
-      StartRead(&request_);
+      absl::MutexLock lock(&mu_);
+      if (!finished_) StartReadLocked();
       return;
     }
     Answer(status);
@@ -191,12 +208,42 @@ class AddReactor final
                     "half-closed it; nothing was added"));
   }
 
-  void OnDone() override { delete this; }
+  // Ends the stream with DEADLINE_EXCEEDED when it has waited for a message
+  // since before `idle_since`. Called with the service's streams_mu_ held,
+  // so the reactor is not deleted meanwhile.
+  void TimeOut(absl::Time idle_since) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !reading_ || read_since_ > idle_since) return;
+    FinishLocked(absl::DeadlineExceededError(absl::StrCat(
+        "AddDocuments: no message for ",
+        absl::FormatDuration(service_->limits().write_idle_timeout),
+        " (--write_idle_timeout) after message ", messages_,
+        "; the stream is closed and nothing was added")));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&service_->streams_mu_);
+      service_->streams_.erase(this);
+    }
+    service_->ReleaseWriteBytes(held_bytes_);
+    service_->write_streams_.fetch_sub(1);
+    delete this;
+  }
 
  private:
+  // REQUIRES: mu_ held.
+  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reading_ = true;
+    read_since_ = absl::Now();
+    StartRead(&read_buffer_);
+  }
+
   absl::Status Consume() {
     const std::string where = absl::StrCat("AddDocuments message ", messages_);
     ++messages_;
+    request_.Clear();
+    MAXSIMD_RETURN_IF_ERROR(ParseRawMessage(&read_buffer_, &request_, where));
     if (corpus_ == nullptr) {
       if (request_.corpus().empty()) {
         return absl::InvalidArgumentError(
@@ -237,6 +284,12 @@ class AddReactor final
                        service_->limits().max_stream_bytes,
                        "); split the load into several AddDocuments calls"));
     }
+    int64_t bytes = view.rows * row_bytes;
+    for (const std::string& id : request_.ids()) {
+      bytes += static_cast<int64_t>(id.size());
+    }
+    MAXSIMD_RETURN_IF_ERROR(service_->ReserveWriteBytes(bytes, where));
+    held_bytes_ += bytes;
     const std::vector<std::string> ids(request_.ids().begin(),
                                        request_.ids().end());
     const std::vector<int32_t> counts(request_.token_counts().begin(),
@@ -245,8 +298,17 @@ class AddReactor final
   }
 
   void Answer(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (!finished_) FinishLocked(status);
+  }
+
+  // REQUIRES: mu_ held; not finished.
+  void FinishLocked(const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
     ObserveCall(service_->metrics(), "AddDocuments", arrival_, status,
                 request_id_);
+    if (status.ok()) *response_ = SerializeRawMessage(response_message_);
     Finish(ToGrpcStatus(status));
   }
 
@@ -256,24 +318,30 @@ class AddReactor final
           "AddDocuments: the stream carried no message naming a corpus");
     }
     MAXSIMD_ASSIGN_OR_RETURN(int64_t added, corpus_->Append(builder_->Take()));
-    response_->set_added(added);
+    response_message_.set_added(added);
     DescribeCorpus(*corpus_, service_->corpora()->backend()->name(),
-                   response_->mutable_corpus());
+                   response_message_.mutable_corpus());
     return absl::OkStatus();
   }
 
   AdminService* const service_;
-  v1::AddDocumentsResponse* const response_;
+  grpc::ByteBuffer* const response_;  // the raw response, set on success
   const absl::Time arrival_;
   const std::string request_id_;  // x-request-id metadata; "" when absent
+  // The read in flight (reads are sequential) and its parsed message.
+  grpc::ByteBuffer read_buffer_;
   v1::AddDocumentsRequest request_;
+  v1::AddDocumentsResponse response_message_;
+  absl::Mutex mu_;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;   // a read is in flight
+  absl::Time read_since_ ABSL_GUARDED_BY(mu_);  // when it started
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t held_bytes_ = 0;  // reserved of --max_write_bytes
   int64_t messages_ = 0;
   std::shared_ptr<Corpus> corpus_;
   std::string corpus_name_;  // as the first message named it (or an alias)
   std::optional<DocumentBuilder> builder_;
 };
-
-}  // namespace
 
 void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
                     v1::CorpusInfo* info) {
@@ -306,15 +374,61 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
 }
 
 AdminService::AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
-                           Metrics* metrics, const Authenticator* auth)
-    : corpora_(corpora), limits_(limits), metrics_(metrics), auth_(auth) {}
+                           Metrics* metrics, const Authenticator* auth,
+                           const LoadingGate* loading)
+    : corpora_(corpora),
+      limits_(limits),
+      metrics_(metrics),
+      auth_(auth),
+      loading_(loading) {
+  if (limits_.write_idle_timeout > absl::ZeroDuration() &&
+      limits_.write_idle_timeout < absl::InfiniteDuration()) {
+    idle_thread_ = std::thread([this] { EndIdleStreams(); });
+  }
+}
+
+AdminService::~AdminService() {
+  stop_.Notify();
+  if (idle_thread_.joinable()) idle_thread_.join();
+}
+
+void AdminService::EndIdleStreams() {
+  // A stream ends between one and 1.25 timeouts (at most a second more)
+  // after its last message.
+  const absl::Duration period =
+      std::min(absl::Seconds(1), limits_.write_idle_timeout / 4);
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    const absl::Time idle_since = absl::Now() - limits_.write_idle_timeout;
+    absl::MutexLock lock(&streams_mu_);
+    for (AddReactor* stream : streams_) stream->TimeOut(idle_since);
+  }
+}
+
+absl::Status AdminService::ReserveWriteBytes(int64_t bytes,
+                                             absl::string_view where) {
+  const int64_t held = write_bytes_.fetch_add(bytes) + bytes;
+  if (held <= limits_.max_write_bytes) return absl::OkStatus();
+  write_bytes_.fetch_sub(bytes);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      where, ": its ", bytes,
+      " bytes would take the open AddDocuments "
+      "streams to ",
+      held, " bytes, over --max_write_bytes (", limits_.max_write_bytes,
+      "); the stream is closed and nothing was added; retry once other "
+      "loads have committed"));
+}
 
 bool AdminService::Refused(grpc::CallbackServerContext* ctx,
                            grpc::ServerUnaryReactor* reactor,
-                           const char* method, absl::Time arrival) const {
-  if (!auth_->Protects(Scope::kAdmin)) return false;
-  const absl::Status status =
-      auth_->Check(*ctx, Scope::kAdmin, absl::StrCat("Admin.", method));
+                           const char* method, absl::Time arrival,
+                           bool needs_corpora) const {
+  absl::Status status;
+  if (auth_->Protects(Scope::kAdmin)) {
+    status = auth_->Check(*ctx, Scope::kAdmin, absl::StrCat("Admin.", method));
+  }
+  if (status.ok() && needs_corpora) {
+    status = loading_->Check(absl::StrCat("Admin.", method));
+  }
   if (status.ok()) return false;
   FinishUnary(ctx, reactor, metrics_, method, arrival, status);
   return true;
@@ -337,16 +451,24 @@ grpc::ServerUnaryReactor* AdminService::CreateCorpus(
   return reactor;
 }
 
-grpc::ServerReadReactor<v1::AddDocumentsRequest>* AdminService::AddDocuments(
-    grpc::CallbackServerContext* ctx, v1::AddDocumentsResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* AdminService::AddDocuments(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   const absl::Time arrival = absl::Now();
-  if (absl::Status refused =
-          auth_->Check(*ctx, Scope::kAdmin, "Admin.AddDocuments");
-      !refused.ok()) {
+  absl::Status refused =
+      auth_->Check(*ctx, Scope::kAdmin, "Admin.AddDocuments");
+  if (refused.ok()) refused = loading_->Check("Admin.AddDocuments");
+  if (refused.ok() &&
+      write_streams_.fetch_add(1) >= limits_.max_write_streams) {
+    write_streams_.fetch_sub(1);
+    refused = absl::ResourceExhaustedError(absl::StrCat(
+        "Admin.AddDocuments: ", limits_.max_write_streams,
+        " AddDocuments streams are open, the limit of --max_write_streams; "
+        "retry once one has committed"));
+  }
+  if (!refused.ok()) {
     ObserveCall(metrics_, "AddDocuments", arrival, refused, TakeRequestId(ctx));
     // Finished before the first read: no message is decoded or added.
-    return new FinishedReactor<
-        grpc::ServerReadReactor<v1::AddDocumentsRequest>>(
+    return new FinishedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
         ToGrpcStatus(refused));
   }
   return new AddReactor(this, ctx, response);
@@ -443,12 +565,16 @@ grpc::ServerUnaryReactor* AdminService::ListAliases(
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
   if (Refused(ctx, reactor, "ListAliases", arrival)) return reactor;
-  for (const auto& [alias, corpus] : corpora_->Aliases()) {
-    v1::Alias* a = response->add_aliases();
-    a->set_alias(alias);
-    a->set_corpus(corpus);
+  const absl::StatusOr<std::map<std::string, std::string>> aliases =
+      corpora_->Aliases();
+  if (aliases.ok()) {
+    for (const auto& [alias, corpus] : *aliases) {
+      v1::Alias* a = response->add_aliases();
+      a->set_alias(alias);
+      a->set_corpus(corpus);
+    }
   }
-  FinishUnary(ctx, reactor, metrics_, "ListAliases", arrival, absl::OkStatus());
+  FinishUnary(ctx, reactor, metrics_, "ListAliases", arrival, aliases.status());
   return reactor;
 }
 
@@ -717,7 +843,9 @@ grpc::ServerUnaryReactor* AdminService::GetLogLevel(
     v1::GetLogLevelResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(ctx, reactor, "GetLogLevel", arrival)) return reactor;
+  if (Refused(ctx, reactor, "GetLogLevel", arrival, /*needs_corpora=*/false)) {
+    return reactor;
+  }
   response->set_level(std::string(LogLevelName(spdlog::get_level())));
   FinishUnary(ctx, reactor, metrics_, "GetLogLevel", arrival, absl::OkStatus());
   return reactor;
@@ -728,7 +856,9 @@ grpc::ServerUnaryReactor* AdminService::SetLogLevel(
     v1::SetLogLevelResponse* response) {
   const absl::Time arrival = absl::Now();
   auto* reactor = ctx->DefaultReactor();
-  if (Refused(ctx, reactor, "SetLogLevel", arrival)) return reactor;
+  if (Refused(ctx, reactor, "SetLogLevel", arrival, /*needs_corpora=*/false)) {
+    return reactor;
+  }
   const std::string request_id = TakeRequestId(ctx);
   absl::StatusOr<spdlog::level::level_enum> level =
       ParseLogLevel(request->level(), "level");

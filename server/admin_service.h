@@ -13,18 +13,34 @@
 // flight are never affected. AddDocuments converts each message as it
 // arrives and commits the whole stream when the client half-closes.
 //
+// Open AddDocuments streams are bounded (AdminLimits): how many may be open
+// at once, how many converted bytes they may hold together, and how long
+// one may wait for its next message; past any of them the stream ends with
+// nothing added. AddDocuments takes its messages raw (raw_message.h), so
+// that a message that does not parse ends the stream with INVALID_ARGUMENT
+// naming it instead of passing for the client's half-close.
+//
+// Until the server has loaded its corpora (LoadingGate) every call but
+// GetLogLevel and SetLogLevel is UNAVAILABLE.
+//
 // Thread-safety: shared by all gRPC threads; holds only pointers to
-// thread-safe components.
+// thread-safe components, and a thread that ends idle streams.
 #ifndef MAXSIMD_SERVER_ADMIN_SERVICE_H_
 #define MAXSIMD_SERVER_ADMIN_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <thread>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "index/registry.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "server/auth.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
 
 namespace maxsimd {
@@ -33,23 +49,36 @@ struct AdminLimits {
   // Most bytes of converted token storage one AddDocuments stream may
   // accumulate before it commits.
   int64_t max_stream_bytes = int64_t{4} << 30;
+  // Most AddDocuments streams open at once (--max_write_streams).
+  int max_write_streams = 16;
+  // Most bytes all open AddDocuments streams hold together, converted
+  // tokens and ids (--max_write_bytes).
+  int64_t max_write_bytes = int64_t{4} << 30;
+  // How long an open AddDocuments stream may wait for its next message
+  // (--write_idle_timeout).
+  absl::Duration write_idle_timeout = absl::Seconds(30);
   // Root of the server-side paths SnapshotCorpus, LoadCorpus and
   // ImportDocuments take; empty: those calls are refused.
   std::string files_dir;
 };
 
-class AdminService final : public v1::Admin::CallbackService {
+class AddReactor;
+
+class AdminService final : public v1::Admin::WithRawCallbackMethod_AddDocuments<
+                               v1::Admin::CallbackService> {
  public:
-  // `auth` must outlive the service; `metrics` may be null.
+  // `auth` and `loading` must outlive the service; `metrics` may be null.
   AdminService(CorpusRegistry* corpora, const AdminLimits& limits,
-               Metrics* metrics, const Authenticator* auth);
+               Metrics* metrics, const Authenticator* auth,
+               const LoadingGate* loading);
+  // Stops the thread that ends idle streams. Destroy after the gRPC server.
+  ~AdminService() override;
 
   grpc::ServerUnaryReactor* CreateCorpus(grpc::CallbackServerContext* ctx,
                                          const v1::CreateCorpusRequest* request,
                                          v1::CorpusInfo* response) override;
-  grpc::ServerReadReactor<v1::AddDocumentsRequest>* AddDocuments(
-      grpc::CallbackServerContext* ctx,
-      v1::AddDocumentsResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* AddDocuments(
+      grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* DeleteDocuments(
       grpc::CallbackServerContext* ctx,
       const v1::DeleteDocumentsRequest* request,
@@ -93,19 +122,40 @@ class AdminService final : public v1::Admin::CallbackService {
   CorpusRegistry* corpora() const { return corpora_; }
   const AdminLimits& limits() const { return limits_; }
   Metrics* metrics() const { return metrics_; }
+  // Bytes the open AddDocuments streams hold, and how many are open.
+  int64_t write_bytes() const { return write_bytes_.load(); }
+  int write_streams() const { return write_streams_.load(); }
 
  private:
+  friend class AddReactor;
+
   // When the call of `ctx` may not call `method`, finishes it with the
   // refusal (recorded as a failed call) and returns true; else returns
-  // false and does nothing.
+  // false and does nothing. `needs_corpora`: refused while loading.
   bool Refused(grpc::CallbackServerContext* ctx,
                grpc::ServerUnaryReactor* reactor, const char* method,
-               absl::Time arrival) const;
+               absl::Time arrival, bool needs_corpora = true) const;
+  // Takes `bytes` of --max_write_bytes for a stream; RESOURCE_EXHAUSTED
+  // naming `where` and the flag when they do not fit.
+  absl::Status ReserveWriteBytes(int64_t bytes, absl::string_view where);
+  void ReleaseWriteBytes(int64_t bytes) { write_bytes_.fetch_sub(bytes); }
+  // Ends the streams idle past limits_.write_idle_timeout; runs on
+  // idle_thread_ until stop_.
+  void EndIdleStreams();
 
   CorpusRegistry* const corpora_;
   const AdminLimits limits_;
   Metrics* const metrics_;
   const Authenticator* const auth_;
+  const LoadingGate* const loading_;
+  std::atomic<int64_t> write_bytes_{0};
+  std::atomic<int> write_streams_{0};
+  // The open AddDocuments streams; an AddReactor leaves it in OnDone, under
+  // streams_mu_, before it deletes itself.
+  absl::Mutex streams_mu_;
+  std::set<AddReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
+  absl::Notification stop_;
+  std::thread idle_thread_;
 };
 
 // The absolute path of a request's `path` under `root`: INVALID_ARGUMENT

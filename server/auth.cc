@@ -6,10 +6,13 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -32,17 +35,70 @@ constexpr absl::string_view kBearer = "bearer ";
 // A PEM file larger than this is not a certificate or a key.
 constexpr size_t kMaxPemBytes = 1 << 20;
 
+// The mode bits that must be clear on a secret file: every permission of
+// group and others. Writable matters as much as readable (a token could be
+// added), so this is ssh's rule for private keys rather than only 0044.
+constexpr mode_t kNonOwnerBits = S_IRWXG | S_IRWXO;
+
+absl::Status CannotRead(absl::string_view flag, const std::string& path,
+                        absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": cannot read \"", path, "\": ", why));
+}
+
+// CheckSecretFileMode on `mode`, the st_mode of the file that `path`
+// resolves to.
+absl::Status CheckSecretMode(const std::string& path, absl::string_view flag,
+                             mode_t mode, bool allow_readable) {
+  if ((mode & kNonOwnerBits) == 0) return absl::OkStatus();
+  char octal[16];
+  std::snprintf(octal, sizeof(octal), "%04o",
+                static_cast<unsigned>(mode & 07777));
+  std::string file = absl::StrCat("\"", path, "\"");
+  struct stat link;
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+    char* target = ::realpath(path.c_str(), nullptr);
+    absl::StrAppend(&file, " (a symlink to \"",
+                    target != nullptr ? target : "?", "\")");
+    std::free(target);
+  }
+  if (allow_readable) {
+    spdlog::warn(
+        "--{}: {} has mode {}: group or others may access this secret; "
+        "accepted because of --allow_readable_secret_files",
+        std::string(flag), file, octal);
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--", flag, ": ", file, " has mode ", octal,
+      ": group or others may access it, and it holds a secret. Make it "
+      "private to the user the server runs as (chmod 600 \"",
+      path, "\"), or pass --allow_readable_secret_files to accept it"));
+}
+
 // The whole file at `path`; INVALID_ARGUMENT naming `flag` when it cannot
-// be read, is empty or is larger than `max_bytes`.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          absl::string_view flag,
-                                          size_t max_bytes) {
+// be read, is empty or is larger than `max_bytes`. When `secret`, the file
+// opened must pass CheckSecretMode(allow_readable) first.
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view flag, size_t max_bytes,
+                                     bool secret, bool allow_readable) {
   auto fail = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read \"", path, "\": ", why));
+    return CannotRead(flag, path, why);
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(std::strerror(errno));
+  if (secret) {
+    // The mode of the file opened, not of whatever the path names by now.
+    struct stat st;
+    absl::Status mode =
+        ::fstat(fd, &st) == 0
+            ? CheckSecretMode(path, flag, st.st_mode, allow_readable)
+            : fail(std::strerror(errno));
+    if (!mode.ok()) {
+      ::close(fd);
+      return mode;
+    }
+  }
   std::string out;
   char buf[8192];
   while (true) {
@@ -63,6 +119,19 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   ::close(fd);
   if (out.empty()) return fail("the file is empty");
   return out;
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          absl::string_view flag,
+                                          size_t max_bytes) {
+  return ReadFile(path, flag, max_bytes, /*secret=*/false, false);
+}
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
+                                           absl::string_view flag,
+                                           size_t max_bytes,
+                                           bool allow_readable) {
+  return ReadFile(path, flag, max_bytes, /*secret=*/true, allow_readable);
 }
 
 // Why `token` is not a valid token; "" when it is. Never quotes the token.
@@ -166,10 +235,21 @@ bool ConstantTimeEquals(absl::string_view given, absl::string_view secret) {
   return diff == 0;
 }
 
+absl::Status CheckSecretFileMode(const std::string& path,
+                                 absl::string_view flag, bool allow_readable) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return CannotRead(flag, path, std::strerror(errno));
+  }
+  return CheckSecretMode(path, flag, st.st_mode, allow_readable);
+}
+
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path,
-                                                       absl::string_view flag) {
-  MAXSIMD_ASSIGN_OR_RETURN(std::string text,
-                           ReadSmallFile(path, flag, kMaxTokenBytes * 1024));
+                                                       absl::string_view flag,
+                                                       bool allow_readable) {
+  MAXSIMD_ASSIGN_OR_RETURN(
+      std::string text,
+      ReadSecretFile(path, flag, kMaxTokenBytes * 1024, allow_readable));
   std::vector<std::string> tokens;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -209,9 +289,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   MAXSIMD_ASSIGN_OR_RETURN(
       std::string cert_pem,
       ReadSmallFile(tls.cert_file, "tls_cert", kMaxPemBytes));
-  MAXSIMD_ASSIGN_OR_RETURN(
-      std::string key_pem,
-      ReadSmallFile(tls.key_file, "tls_key", kMaxPemBytes));
+  MAXSIMD_ASSIGN_OR_RETURN(std::string key_pem,
+                           ReadSecretFile(tls.key_file, "tls_key", kMaxPemBytes,
+                                          tls.allow_readable_secrets));
   MAXSIMD_ASSIGN_OR_RETURN(
       std::vector<X509Ptr> chain,
       ParseCertificates(cert_pem, "tls_cert", tls.cert_file));
@@ -273,7 +353,8 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
   if (!options.admin_token_file.empty()) {
     MAXSIMD_ASSIGN_OR_RETURN(
         std::vector<std::string> tokens,
-        ReadTokenFile(options.admin_token_file, "admin_token_file"));
+        ReadTokenFile(options.admin_token_file, "admin_token_file",
+                      options.allow_readable_secrets));
     for (std::string& t : tokens) a->admin_tokens_.push_back(std::move(t));
   }
   if (!options.query_token_file.empty()) {
@@ -284,7 +365,8 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
     }
     MAXSIMD_ASSIGN_OR_RETURN(
         a->query_tokens_,
-        ReadTokenFile(options.query_token_file, "query_token_file"));
+        ReadTokenFile(options.query_token_file, "query_token_file",
+                      options.allow_readable_secrets));
   }
   if (!options.admin_client_names.empty()) {
     if (!mutual_tls) {

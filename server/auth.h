@@ -32,6 +32,12 @@
 // to the old one, restart, move the clients over, then remove the old one
 // and restart again.
 //
+// Secret files (the token files and the TLS key) must be private to their
+// owner: a file whose mode grants group or others any access (0644, 0640,
+// 0604, 0620...) is refused at start, after following symlinks, unless
+// allow_readable_secrets (--allow_readable_secret_files) accepts it with a
+// warning. CheckSecretFileMode says why.
+//
 // Thread-safety: an Authenticator is immutable once created; Check and
 // Authorize may be called from any thread.
 #ifndef MAXSIMD_SERVER_AUTH_H_
@@ -54,6 +60,10 @@ struct TlsOptions {
   std::string cert_file;       // --tls_cert: certificate chain, leaf first
   std::string key_file;        // --tls_key: its private key, unencrypted
   std::string client_ca_file;  // --tls_client_ca: non-empty = mutual TLS
+  // --allow_readable_secret_files: accept a key_file that group or others
+  // may access (CheckSecretFileMode), with a warning. Set from the same
+  // flag as AuthOptions::allow_readable_secrets.
+  bool allow_readable_secrets = false;
 };
 
 // How Reranker calls are authenticated (--query_auth).
@@ -76,15 +86,36 @@ struct AuthOptions {
   std::vector<std::string> admin_client_names;
   QueryAuth query_auth = QueryAuth::kNone;
   std::string query_token_file;  // --query_token_file; only under kToken
+  // --allow_readable_secret_files: accept token files that group or others
+  // may access (CheckSecretFileMode), with a warning.
+  bool allow_readable_secrets = false;
 };
+
+// Whether the file at `path` (after following symlinks) is private enough
+// to hold a secret: its mode grants group and others nothing (0600, 0400,
+// 0700). The mode bits decide, not whether this process could read the file
+// as someone else: a server run as root reads anything.
+//   - OK when private, and when not but `allow_readable` is true; then it
+//     logs a warning naming `flag`, the file and its mode.
+//   - FAILED_PRECONDITION otherwise, naming --`flag`, the path (and the
+//     symlink's target when it is one), the mode in octal and the fixes
+//     (chmod 600, or --allow_readable_secret_files). The flag's value is
+//     fine; the file's state must change, hence not INVALID_ARGUMENT.
+//   - INVALID_ARGUMENT naming --`flag` and the path when it does not exist
+//     or cannot be examined, as the readers below report it.
+// `flag` is the flag's name without "--" ("tls_key").
+absl::Status CheckSecretFileMode(const std::string& path,
+                                 absl::string_view flag, bool allow_readable);
 
 // The credentials of the gRPC port: InsecureServerCredentials when
 // tls.cert_file is empty, else TLS with that certificate and key, and with
 // tls.client_ca_file client certificates required and verified against it.
 // Reads and parses every file now, so that a missing file, a file without
 // a PEM certificate or key, an encrypted key or a key that does not match
-// the certificate is INVALID_ARGUMENT naming the flag and the path. Logs a
-// warning for a certificate that has expired or is not yet valid.
+// the certificate is INVALID_ARGUMENT naming the flag and the path. The key
+// file must pass CheckSecretFileMode (tls.allow_readable_secrets): else
+// FAILED_PRECONDITION. Logs a warning for a certificate that has expired
+// or is not yet valid.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsOptions& tls);
 
@@ -92,9 +123,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 // line end included), blank lines and lines starting with '#' are skipped.
 // INVALID_ARGUMENT naming `flag` and the path when the file cannot be read
 // or holds no token, and naming the line (never its content) when a token
-// is not 16 to 4096 printable ASCII characters without spaces.
+// is not 16 to 4096 printable ASCII characters without spaces. The file
+// opened must pass CheckSecretFileMode(path, flag, allow_readable), checked
+// on the open file (no window between the check and the read): else
+// FAILED_PRECONDITION. `flag` is the flag's name without "--".
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path,
-                                                       absl::string_view flag);
+                                                       absl::string_view flag,
+                                                       bool allow_readable);
 
 // Whether `given` equals `secret`, in a time that depends only on
 // given.size(): every byte of `given` is compared (against secret's bytes
@@ -123,7 +158,9 @@ class Authenticator {
   // Reads the token files and checks the options against each other:
   // INVALID_ARGUMENT naming the flag for an unreadable token file, a bad
   // token, admin_client_names without mutual TLS, kToken with no token and
-  // no client CA to accept, or a query token file without kToken.
+  // no client CA to accept, or a query token file without kToken;
+  // FAILED_PRECONDITION for a token file that group or others may access
+  // (ReadTokenFile, with options.allow_readable_secrets).
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(
       const AuthOptions& options, bool mutual_tls);
 

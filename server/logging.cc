@@ -61,10 +61,107 @@ size_t Utf8SequenceLength(absl::string_view s, size_t i) {
   return n;
 }
 
+// The code point of the well-formed UTF-8 sequence of `n` bytes at s[i].
+uint32_t DecodeUtf8(absl::string_view s, size_t i, size_t n) {
+  static constexpr unsigned char kLeadMask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  uint32_t cp = static_cast<unsigned char>(s[i]) & kLeadMask[n];
+  for (size_t k = 1; k < n; ++k) {
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  }
+  return cp;
+}
+
+// Whether a code point above U+007F is written as an escape rather than
+// copied: the C1 controls (U+0085 NEL among them), the line and paragraph
+// separators, which some readers take for line ends, and the bidirectional
+// overrides and isolates, which reorder what a terminal shows.
+bool EscapesCodePoint(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x2028 && cp <= 0x202E) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
+constexpr char kHex[] = "0123456789abcdef";
+
+// Appends "\uXXXX" for a code point of the Basic Multilingual Plane.
+void AppendUnicodeEscape(spdlog::memory_buf_t& dest, uint32_t cp) {
+  const char esc[] = {'\\',
+                      'u',
+                      kHex[(cp >> 12) & 15],
+                      kHex[(cp >> 8) & 15],
+                      kHex[(cp >> 4) & 15],
+                      kHex[cp & 15]};
+  dest.append(esc, esc + sizeof(esc));
+}
+
+// Appends "\xNN" for one byte.
+void AppendByteEscape(spdlog::memory_buf_t& dest, unsigned char c) {
+  const char esc[] = {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+  dest.append(esc, esc + sizeof(esc));
+}
+
+// Appends `s` for a text line, so that whatever it holds stays on one line
+// and reads back unambiguously. Printable ASCII and well-formed UTF-8 are
+// copied, except that a backslash is doubled; newline, carriage return and
+// tab become \n, \r and \t; every other C0 control, DEL, and every byte
+// that is not part of well-formed UTF-8 becomes \xNN (hex); the code points
+// of EscapesCodePoint become \uXXXX.
+void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
+  // Most messages need nothing: copy them in one append.
+  size_t clean = 0;
+  while (clean < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[clean]);
+    if (c < 0x20 || c >= 0x7F || c == '\\') break;
+    ++clean;
+  }
+  Append(dest, s.substr(0, clean));
+  size_t i = clean;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t n = Utf8SequenceLength(s, i);
+      if (n == 0) {
+        AppendByteEscape(dest, c);
+        ++i;
+        continue;
+      }
+      const uint32_t cp = DecodeUtf8(s, i, n);
+      if (EscapesCodePoint(cp)) {
+        AppendUnicodeEscape(dest, cp);
+      } else {
+        Append(dest, s.substr(i, n));
+      }
+      i += n;
+      continue;
+    }
+    switch (c) {
+      case '\\':
+        Append(dest, "\\\\");
+        break;
+      case '\n':
+        Append(dest, "\\n");
+        break;
+      case '\r':
+        Append(dest, "\\r");
+        break;
+      case '\t':
+        Append(dest, "\\t");
+        break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          AppendByteEscape(dest, c);
+        } else {
+          dest.push_back(static_cast<char>(c));
+        }
+    }
+    ++i;
+  }
+}
+
 // Appends `s` as a JSON string: quotes, backslashes and control characters
-// escaped, well-formed UTF-8 copied, any other byte replaced by U+FFFD.
+// escaped, the code points of EscapesCodePoint as "\\uXXXX" (still the same
+// string to a JSON reader), other well-formed UTF-8 copied, any other byte
+// replaced by U+FFFD.
 void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
   dest.push_back('"');
   size_t i = 0;
   while (i < s.size()) {
@@ -74,6 +171,10 @@ void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
       if (n == 0) {
         Append(dest, "\\ufffd");
         ++i;
+      } else if (const uint32_t cp = DecodeUtf8(s, i, n);
+                 EscapesCodePoint(cp)) {
+        AppendUnicodeEscape(dest, cp);
+        i += n;
       } else {
         Append(dest, s.substr(i, n));
         i += n;
@@ -98,8 +199,7 @@ void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
         break;
       default:
         if (c < 0x20 || c == 0x7f) {
-          const char esc[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
-          dest.append(esc, esc + sizeof(esc));
+          AppendUnicodeEscape(dest, c);
         } else {
           dest.push_back(static_cast<char>(c));
         }
@@ -163,18 +263,34 @@ class JsonFormatter final : public spdlog::formatter {
 };
 
 // The %Q flag of the text pattern: "[request_id=ID] " when the line has an
-// id. Metadata values are printable ASCII (gRPC checks), so no escaping.
+// id. Escaped like the message: gRPC keeps metadata printable ASCII, but a
+// ScopedRequestId may hold any string.
 class RequestIdFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg&, const std::tm&,
               spdlog::memory_buf_t& dest) override {
     if (current_request_id.empty()) return;
     Append(dest, "[request_id=");
-    Append(dest, current_request_id);
+    AppendTextValue(dest, current_request_id);
     Append(dest, "] ");
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<RequestIdFlag>();
+  }
+};
+
+// The %V flag of the text pattern, in place of spdlog's %v: the message,
+// escaped by AppendTextValue. Values reach spdlog already formatted into the
+// message, so escaping here covers every value of every call.
+class EscapedMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    AppendTextValue(dest,
+                    absl::string_view(msg.payload.data(), msg.payload.size()));
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<EscapedMessageFlag>();
   }
 };
 
@@ -267,8 +383,10 @@ absl::string_view LogLevelName(spdlog::level::level_enum level) {
 std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format) {
   if (format == LogFormat::kJson) return std::make_unique<JsonFormatter>();
   auto text = std::make_unique<spdlog::pattern_formatter>();
-  text->add_flag<RequestIdFlag>('Q').add_flag<LevelNameFlag>('N').set_pattern(
-      "[%Y-%m-%d %H:%M:%S.%e] [%^%N%$] %Q%v");
+  text->add_flag<RequestIdFlag>('Q')
+      .add_flag<LevelNameFlag>('N')
+      .add_flag<EscapedMessageFlag>('V')
+      .set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%N%$] %Q%V");
   return text;
 }
 

@@ -29,15 +29,22 @@
 
 namespace maxsimd {
 
+// Either format writes exactly one line per log call, whatever the values
+// logged hold (a corpus name with a newline cannot forge a line).
 enum class LogFormat {
   // spdlog's lines: "[2024-05-01 12:00:00.123] [info] message", with
-  // "[request_id=ID] " before the message when the line has one.
+  // "[request_id=ID] " before the message when the line has one. The
+  // message and the id are escaped: a backslash is doubled; newline,
+  // carriage return and tab become \n, \r and \t; other C0 controls, DEL
+  // and bytes that are not well-formed UTF-8 become \xNN; C1 controls,
+  // U+2028..U+202E and U+2066..U+2069 (line separators, bidirectional
+  // overrides) become \uXXXX. Other UTF-8 is copied.
   kText,
   // One JSON object per line: {"time":"2024-05-01T12:00:00.123456Z",
   // "level":"info","logger":"maxsimd","thread":123,"message":"...",
   // "request_id":"..."}; "request_id" only when the line has one. Strings
-  // are escaped per RFC 8259 and invalid UTF-8 becomes U+FFFD, so every
-  // line parses.
+  // are escaped per RFC 8259 (the code points the text format writes as
+  // \uXXXX too) and invalid UTF-8 becomes U+FFFD, so every line parses.
   kJson,
 };
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -26,6 +27,21 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "gRPC listen address host:port (port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables it");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "File of bearer tokens for /metrics, in the format of "
+          "--admin_token_file, read at start: a scrape must send "
+          "'Authorization: Bearer <token>' with one of them or gets 401 "
+          "(Prometheus: authorization.credentials_file); empty = /metrics is "
+          "open to whoever can reach --metrics_listen");
+ABSL_FLAG(int, metrics_max_connections, 256,
+          "Most connections open at once on --metrics_listen, in [1, 65536]; "
+          "at the limit a new connection closes the oldest one that has not "
+          "yet sent a complete request, so idle or slow clients cannot lock "
+          "scrapers out");
+ABSL_FLAG(absl::Duration, metrics_request_timeout, absl::Seconds(5),
+          "Time a connection to --metrics_listen has, from accept, to send "
+          "its whole request head before it is closed without an answer, in "
+          "(0, 1h]; the response then has 10s to be sent");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM file of the server's certificate chain (leaf first): the gRPC "
           "port serves TLS, with --tls_key; empty = plaintext. /metrics "
@@ -50,6 +66,11 @@ ABSL_FLAG(std::vector<std::string>, admin_tokens, {},
           "Admin bearer tokens, comma-separated, added to those of "
           "--admin_token_file; visible in the process list, so prefer the "
           "file");
+ABSL_FLAG(bool, allow_readable_secret_files, false,
+          "Start even when --tls_key, --admin_token_file, --query_token_file "
+          "or --metrics_token_file can be accessed by group or others (mode "
+          "not 0600/0400), with a warning; by default such a file stops "
+          "start-up");
 ABSL_FLAG(std::string, query_auth, "none",
           "Authentication of Reranker calls: none (open), or token (a token "
           "of --query_token_file or an admin token, or an admin client "
@@ -89,6 +110,24 @@ ABSL_FLAG(int, rerank_queues, 0,
 ABSL_FLAG(int64_t, grpc_memory_quota_bytes, 0,
           "gRPC resource quota: memory gRPC may use for calls; 0 = gRPC "
           "default");
+ABSL_FLAG(absl::Duration, grpc_handshake_timeout, absl::Seconds(10),
+          "gRPC port: a connection that has not completed its TLS and HTTP/2 "
+          "handshake within this long is closed; inf = never");
+ABSL_FLAG(absl::Duration, grpc_max_connection_idle, absl::Minutes(5),
+          "gRPC port: a connection with no call for this long is closed "
+          "(GOAWAY; clients reconnect on their next call); inf = never");
+ABSL_FLAG(absl::Duration, grpc_max_connection_age, absl::InfiniteDuration(),
+          "gRPC port: a connection this old is asked to close (GOAWAY), so "
+          "that clients rebalance over replicas; inf = never");
+ABSL_FLAG(absl::Duration, grpc_max_connection_age_grace, absl::Minutes(1),
+          "gRPC port: how long calls of a connection past "
+          "--grpc_max_connection_age may still run before it is closed");
+ABSL_FLAG(absl::Duration, grpc_keepalive_time, absl::Minutes(2),
+          "gRPC port: ping a client after this long without traffic, to find "
+          "dead peers; inf = never");
+ABSL_FLAG(absl::Duration, grpc_keepalive_timeout, absl::Seconds(20),
+          "gRPC port: a connection whose keepalive ping gets no answer within "
+          "this long is closed");
 ABSL_FLAG(int, cpu_threads, 0, "CPU backend threads; 0 = one per core");
 ABSL_FLAG(int64_t, corpus_budget_bytes, 0,
           "Most bytes of corpus data each backend shard (a GPU, or the CPU) "
@@ -174,6 +213,11 @@ ABSL_FLAG(absl::Duration, executor_spin, absl::ZeroDuration(),
           "of microseconds on an idle host), at the cost of one busy core; "
           "0 = sleep at once");
 ABSL_FLAG(int32_t, max_dim, 4096, "Largest corpus dimension accepted");
+ABSL_FLAG(int32_t, max_corpora, maxsimd::CorpusLimits{}.max_corpora,
+          "Most corpora the server holds, counting those under --data_dir "
+          "that failed to load; CreateCorpus and LoadCorpus beyond it are "
+          "RESOURCE_EXHAUSTED. Corpora found under --data_dir at start are "
+          "all loaded, even past it");
 ABSL_FLAG(int32_t, max_doc_tokens, 65536, "Most tokens in one document");
 ABSL_FLAG(int64_t, shard_split_bytes, int64_t{8} << 20,
           "With several shards, an append of at least this many token bytes "
@@ -181,6 +225,16 @@ ABSL_FLAG(int64_t, shard_split_bytes, int64_t{8} << 20,
           "whole to the emptiest");
 ABSL_FLAG(int64_t, max_add_stream_bytes, int64_t{4} << 30,
           "Most bytes of token storage one AddDocuments stream may carry");
+ABSL_FLAG(int32_t, max_write_streams, 16,
+          "Most AddDocuments streams open at once; another is refused with "
+          "RESOURCE_EXHAUSTED before it is read");
+ABSL_FLAG(int64_t, max_write_bytes, int64_t{4} << 30,
+          "Most bytes (converted tokens and ids) all open AddDocuments streams "
+          "hold together; the message that would pass it ends its stream "
+          "with RESOURCE_EXHAUSTED and nothing of it is added");
+ABSL_FLAG(absl::Duration, write_idle_timeout, absl::Seconds(30),
+          "An AddDocuments stream that sends no message for this long ends "
+          "with DEADLINE_EXCEEDED and nothing of it is added; inf = never");
 ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
           "On SIGTERM, how long the server keeps accepting and answering new "
           "calls after health turns NOT_SERVING, before the drain: set it "
@@ -232,6 +286,9 @@ int main(int argc, char** argv) {
   maxsimd::ServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
+  o.metrics_max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
+  o.metrics_request_timeout = absl::GetFlag(FLAGS_metrics_request_timeout);
   o.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   o.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   o.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
@@ -239,6 +296,9 @@ int main(int argc, char** argv) {
   o.auth.admin_token_file = absl::GetFlag(FLAGS_admin_token_file);
   o.auth.admin_tokens = absl::GetFlag(FLAGS_admin_tokens);
   o.auth.query_token_file = absl::GetFlag(FLAGS_query_token_file);
+  o.tls.allow_readable_secrets =
+      absl::GetFlag(FLAGS_allow_readable_secret_files);
+  o.auth.allow_readable_secrets = o.tls.allow_readable_secrets;
   const absl::StatusOr<maxsimd::QueryAuth> query_auth =
       maxsimd::ParseQueryAuth(absl::GetFlag(FLAGS_query_auth), "--query_auth");
   if (!query_auth.ok()) return Fail(std::string(query_auth.status().message()));
@@ -275,6 +335,25 @@ int main(int argc, char** argv) {
     return Fail(
         "--grpc_max_threads and --grpc_memory_quota_bytes must not be "
         "negative");
+  }
+  o.grpc_handshake_timeout = absl::GetFlag(FLAGS_grpc_handshake_timeout);
+  o.grpc_max_connection_idle = absl::GetFlag(FLAGS_grpc_max_connection_idle);
+  o.grpc_max_connection_age = absl::GetFlag(FLAGS_grpc_max_connection_age);
+  o.grpc_max_connection_age_grace =
+      absl::GetFlag(FLAGS_grpc_max_connection_age_grace);
+  o.grpc_keepalive_time = absl::GetFlag(FLAGS_grpc_keepalive_time);
+  o.grpc_keepalive_timeout = absl::GetFlag(FLAGS_grpc_keepalive_timeout);
+  for (const auto& [flag, value] :
+       {std::pair<const char*, absl::Duration>{"grpc_handshake_timeout",
+                                               o.grpc_handshake_timeout},
+        {"grpc_max_connection_idle", o.grpc_max_connection_idle},
+        {"grpc_max_connection_age", o.grpc_max_connection_age},
+        {"grpc_max_connection_age_grace", o.grpc_max_connection_age_grace},
+        {"grpc_keepalive_time", o.grpc_keepalive_time},
+        {"grpc_keepalive_timeout", o.grpc_keepalive_timeout}}) {
+    if (value <= absl::ZeroDuration()) {
+      return Fail(absl::StrCat("--", flag, " must be positive (inf = never)"));
+    }
   }
   o.rerank_queues = absl::GetFlag(FLAGS_rerank_queues);
   if (o.rerank_queues < 0 || o.rerank_queues > 64) {
@@ -322,11 +401,25 @@ int main(int argc, char** argv) {
   }
   o.corpus_limits.max_dim = absl::GetFlag(FLAGS_max_dim);
   o.corpus_limits.max_doc_tokens = absl::GetFlag(FLAGS_max_doc_tokens);
+  o.corpus_limits.max_corpora = absl::GetFlag(FLAGS_max_corpora);
+  if (o.corpus_limits.max_corpora < 1) {
+    return Fail("--max_corpora must be at least 1");
+  }
   o.corpus_limits.shard_split_bytes = absl::GetFlag(FLAGS_shard_split_bytes);
   if (o.corpus_limits.shard_split_bytes < 1) {
     return Fail("--shard_split_bytes must be at least 1");
   }
   o.admin_limits.max_stream_bytes = absl::GetFlag(FLAGS_max_add_stream_bytes);
+  o.admin_limits.max_write_streams = absl::GetFlag(FLAGS_max_write_streams);
+  o.admin_limits.max_write_bytes = absl::GetFlag(FLAGS_max_write_bytes);
+  o.admin_limits.write_idle_timeout = absl::GetFlag(FLAGS_write_idle_timeout);
+  if (o.admin_limits.max_write_streams < 1 ||
+      o.admin_limits.max_write_bytes < 1 ||
+      o.admin_limits.write_idle_timeout <= absl::ZeroDuration()) {
+    return Fail(
+        "--max_write_streams and --max_write_bytes must be at least 1 and "
+        "--write_idle_timeout positive");
+  }
   o.scheduler.max_queued_queries = absl::GetFlag(FLAGS_max_queued_queries);
   o.scheduler.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);
   o.scheduler.max_queued_queries_per_corpus =

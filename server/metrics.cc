@@ -146,6 +146,38 @@ std::vector<prometheus::MetricFamily> CorpusCollector::Collect() const {
   std::vector<prometheus::MetricFamily> out{docs, tokens, bytes, deleted,
                                             segments};
   if (queue_depth_) out.push_back(std::move(queued));
+  auto failed = GaugeFamily(
+      "maxsimd_corpus_load_failed",
+      "1 for each corpus on disk that failed to load; requests for it fail "
+      "with its load error.");
+  for (const auto& [name, status] : corpora_->Failed()) {
+    AddGauge(failed, 1, {{"corpus", name}});
+  }
+  out.push_back(std::move(failed));
+  auto held =
+      GaugeFamily("maxsimd_corpora", "Corpora held, served or failed to load.");
+  AddGauge(held, static_cast<double>(corpora_->NumCorpora()));
+  out.push_back(std::move(held));
+  auto limit = GaugeFamily("maxsimd_corpora_limit",
+                           "Most corpora the server holds (--max_corpora).");
+  AddGauge(limit, corpora_->limits().max_corpora);
+  out.push_back(std::move(limit));
+  const CorpusRegistry::AliasState aliases = corpora_->alias_state();
+  auto damaged = GaugeFamily(
+      "maxsimd_aliases_damaged",
+      "1 while the alias map is unknown (ALIASES and ALIASES.prev both "
+      "unusable at start): alias calls fail with DATA_LOSS until the files "
+      "are repaired and the server restarted.");
+  AddGauge(damaged, aliases == CorpusRegistry::AliasState::kUnknown ? 1 : 0);
+  out.push_back(std::move(damaged));
+  auto from_backup = GaugeFamily(
+      "maxsimd_aliases_from_backup",
+      "1 while the aliases come from ALIASES.prev because ALIASES was "
+      "damaged at start (the last alias change may be lost); the next alias "
+      "change clears it.");
+  AddGauge(from_backup,
+           aliases == CorpusRegistry::AliasState::kFromBackup ? 1 : 0);
+  out.push_back(std::move(from_backup));
   return out;
 }
 

@@ -70,7 +70,13 @@ class Metrics {
 // maxsimd_corpus_tokens, maxsimd_corpus_bytes,
 // maxsimd_corpus_deleted_documents, maxsimd_corpus_segments and, when a
 // queue depth source is given, maxsimd_corpus_queue_depth, all labelled
-// {corpus}.
+// {corpus}; maxsimd_corpus_load_failed{corpus} (1) for each corpus on disk
+// that failed to load. And of the registry: maxsimd_corpora (corpora held,
+// served or failed to load) and maxsimd_corpora_limit (--max_corpora);
+// maxsimd_aliases_damaged (1 while the alias map is unknown: both alias
+// files unusable, alias calls failing with DATA_LOSS) and
+// maxsimd_aliases_from_backup (1 while the aliases come from ALIASES.prev
+// because ALIASES was damaged at start), each 0 otherwise.
 class CorpusCollector : public prometheus::Collectable {
  public:
   // Queries queued for one corpus; called at scrape time from the scraping

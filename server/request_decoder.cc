@@ -154,7 +154,10 @@ absl::Status GeneratePlaidCandidates(const v1::RerankRequest& req,
   }
   if (ps.n_ivf_probe() > 0) params.n_ivf_probe = ps.n_ivf_probe();
   if (ps.n_full_scores() > 0) params.n_full_scores = ps.n_full_scores();
-  params.n_full_scores = std::min(params.n_full_scores, max_full);
+  // Never fewer than top_k, a given value included: ranking fewer exactly
+  // would return fewer than top_k results.
+  params.n_full_scores =
+      std::min(std::max(params.n_full_scores, out->top_k), max_full);
   out->candidates =
       PlaidCandidates(snapshot, out->tokens.data(), out->num_tokens, params);
   out->scan = false;

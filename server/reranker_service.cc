@@ -13,6 +13,7 @@
 #include "proto/call_arena.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"
+#include "server/raw_message.h"
 
 namespace maxsimd {
 
@@ -47,12 +48,14 @@ void ObserveCall(Metrics* metrics, const char* method, absl::Time arrival,
 
 RerankerService::RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
                                  const RequestLimits& limits, Metrics* metrics,
-                                 const Authenticator* auth)
+                                 const Authenticator* auth,
+                                 const LoadingGate* loading)
     : corpora_(corpora),
       scheduler_(scheduler),
       limits_(limits),
       metrics_(metrics),
-      auth_(auth) {}
+      auth_(auth),
+      loading_(loading) {}
 
 RerankerService::~RerankerService() { StopRerankQueues(); }
 
@@ -128,8 +131,8 @@ class AsyncRerankCall {
   AsyncRerankCall(RerankerService* service, grpc::ServerCompletionQueue* queue)
       : service_(service), queue_(queue), responder_(&ctx_) {
     ctx_.AsyncNotifyWhenDone(&done_tag_);
-    service_->RequestRerank(&ctx_, request_, &responder_, queue_, queue_,
-                            &request_tag_);
+    service_->RequestRerank(&ctx_, &request_buffer_, &responder_, queue_,
+                            queue_, &request_tag_);
   }
 
   void OnEvent(Event event, bool ok) {
@@ -174,6 +177,17 @@ class AsyncRerankCall {
       Finish(refused);
       return;
     }
+    if (absl::Status s = service_->loading().Check("Reranker.Rerank");
+        !s.ok()) {
+      Finish(s);
+      return;
+    }
+    if (absl::Status s =
+            ParseRawMessage(&request_buffer_, request_, "Reranker.Rerank");
+        !s.ok()) {
+      Finish(s);
+      return;
+    }
     absl::StatusOr<QueryTask> task = service_->Prepare(
         *request_, "", ctx_, [this] { return cancelled_.load(); }, cancel_key_);
     if (!task.ok()) {
@@ -196,7 +210,8 @@ class AsyncRerankCall {
   void Finish(const absl::Status& s) {
     ObserveCall(service_->metrics(), "Rerank", arrival_, s, request_id_);
     if (s.ok()) {
-      responder_.Finish(*response_, grpc::Status::OK, &finish_tag_);
+      response_buffer_ = SerializeRawMessage(*response_);
+      responder_.Finish(response_buffer_, grpc::Status::OK, &finish_tag_);
     } else {
       responder_.FinishWithError(ToGrpcStatus(s), &finish_tag_);
     }
@@ -213,7 +228,11 @@ class AsyncRerankCall {
       google::protobuf::Arena::CreateMessage<v1::RerankRequest>(&arena_);
   v1::RerankResponse* const response_ =
       google::protobuf::Arena::CreateMessage<v1::RerankResponse>(&arena_);
-  grpc::ServerAsyncResponseWriter<v1::RerankResponse> responder_;
+  // Rerank is served raw: the request as received, parsed into request_ by
+  // Start(), and the response as sent.
+  grpc::ByteBuffer request_buffer_;
+  grpc::ByteBuffer response_buffer_;
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   Tag request_tag_{this, Event::kRequest};
   Tag finish_tag_{this, Event::kFinish};
   Tag done_tag_{this, Event::kDone};
@@ -267,6 +286,10 @@ grpc::ServerUnaryReactor* RerankerService::RerankBatch(
           auth_->Check(*ctx, Scope::kQuery, "Reranker.RerankBatch");
       !refused.ok()) {
     finish(refused);
+    return reactor;
+  }
+  if (absl::Status s = loading_->Check("Reranker.RerankBatch"); !s.ok()) {
+    finish(s);
     return reactor;
   }
   const int n = request->queries_size();
@@ -328,9 +351,11 @@ namespace {
 // requests read and not yet written, it stops reading until a write
 // completes. Finishes once the client has half-closed (or the call broke),
 // every submitted query has answered and every response is written. Deletes
-// itself in OnDone.
+// itself in OnDone. Messages travel raw: a request that does not parse is
+// answered with its own INVALID_ARGUMENT response naming its index in the
+// stream, and reading goes on.
 class StreamReactor final
-    : public grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(RerankerService* service, grpc::CallbackServerContext* ctx)
       : service_(service),
@@ -338,7 +363,7 @@ class StreamReactor final
         start_(absl::Now()),
         cancel_key_(service->scheduler()->NewCancelKey()),
         request_id_(TakeRequestId(ctx)) {
-    StartRead(&request_);
+    StartRead(&read_buffer_);
   }
 
   void OnReadDone(bool ok) override {
@@ -349,10 +374,17 @@ class StreamReactor final
       return;
     }
     const absl::Time arrival = absl::Now();
+    request_.Clear();
+    const absl::Status parsed =
+        ParseRawMessage(&read_buffer_, &request_,
+                        absl::StrCat("RerankStream message ", messages_++));
     const std::string request_id = request_.request_id();
-    absl::StatusOr<QueryTask> task = service_->Prepare(
-        request_, "", *ctx_, [ctx = ctx_] { return ctx->IsCancelled(); },
-        cancel_key_);
+    absl::StatusOr<QueryTask> task =
+        parsed.ok()
+            ? service_->Prepare(
+                  request_, "", *ctx_,
+                  [ctx = ctx_] { return ctx->IsCancelled(); }, cancel_key_)
+            : absl::StatusOr<QueryTask>(parsed);
     if (task.ok()) {
       {
         absl::MutexLock lock(&mu_);
@@ -387,7 +419,7 @@ class StreamReactor final
       MaybeFinishLocked();
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_buffer_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -395,14 +427,11 @@ class StreamReactor final
     writing_ = false;
     outbox_.pop_front();
     if (!ok) broken_ = true;
-    if (!broken_ && !outbox_.empty()) {
-      writing_ = true;
-      StartWrite(outbox_.front().get());
-    }
+    if (!broken_ && !outbox_.empty()) WriteFrontLocked();
     if (read_paused_ && !broken_ &&
         InFlightLocked() < service_->limits().max_stream_in_flight) {
       read_paused_ = false;
-      StartRead(&request_);
+      StartRead(&read_buffer_);
     }
     MaybeFinishLocked();
   }
@@ -441,12 +470,17 @@ class StreamReactor final
     if (was_pending) --pending_;
     if (!broken_) {
       outbox_.push_back(std::move(response));
-      if (!writing_) {
-        writing_ = true;
-        StartWrite(outbox_.front().get());
-      }
+      if (!writing_) WriteFrontLocked();
     }
     MaybeFinishLocked();
+  }
+
+  // Starts writing the first queued response. REQUIRES: mu_ held, no write
+  // in flight.
+  void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    write_buffer_ = SerializeRawMessage(*outbox_.front());
+    StartWrite(&write_buffer_);
   }
 
   // Requests read and not yet written to the client.
@@ -474,8 +508,12 @@ class StreamReactor final
   const absl::Time start_;
   const uint64_t cancel_key_;     // for every query this stream submits
   const std::string request_id_;  // x-request-id metadata; "" when absent
-  v1::RerankRequest request_;     // the read in flight; reads are sequential
+  // The read in flight (reads are sequential) and its parsed request.
+  grpc::ByteBuffer read_buffer_;
+  v1::RerankRequest request_;
+  int64_t messages_ = 0;  // read so far
   absl::Mutex mu_;
+  grpc::ByteBuffer write_buffer_ ABSL_GUARDED_BY(mu_);  // the write in flight
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // at the in-flight limit
@@ -487,16 +525,17 @@ class StreamReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 RerankerService::RerankStream(grpc::CallbackServerContext* ctx) {
-  if (absl::Status refused =
-          auth_->Check(*ctx, Scope::kQuery, "Reranker.RerankStream");
-      !refused.ok()) {
+  absl::Status refused =
+      auth_->Check(*ctx, Scope::kQuery, "Reranker.RerankStream");
+  if (refused.ok()) refused = loading_->Check("Reranker.RerankStream");
+  if (!refused.ok()) {
     ObserveCall(metrics_, "RerankStream", absl::Now(), refused,
                 TakeRequestId(ctx));
     // Finished before the first read: no query is decoded or queued.
     return new FinishedReactor<
-        grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>>(
+        grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
         ToGrpcStatus(refused));
   }
   return new StreamReactor(this, ctx);

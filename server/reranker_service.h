@@ -21,7 +21,14 @@
 //
 // Each method first asks the Authenticator (auth.h, Scope::kQuery); a
 // refused call is finished with its status before anything is decoded or
-// queued.
+// queued. Until the server has loaded its corpora (LoadingGate), every call
+// is UNAVAILABLE.
+//
+// Rerank and RerankStream take their messages raw and parse them here
+// (raw_message.h): a request that is not a valid RerankRequest is
+// INVALID_ARGUMENT naming the method, and in a stream it gets its own error
+// response (status_code 3, "RerankStream message N: ...") while the
+// stream's other requests are answered as usual.
 //
 // Thread-safety: the service object is shared by all gRPC threads; it holds
 // only pointers to thread-safe components.
@@ -39,6 +46,7 @@
 #include "index/registry.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
 #include "server/auth.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
 #include "server/request_decoder.h"
 #include "server/scheduler.h"
@@ -48,15 +56,15 @@ namespace maxsimd {
 class AsyncRerankCall;
 
 class RerankerService final
-    : public v1::Reranker::WithAsyncMethod_Rerank<
+    : public v1::Reranker::WithRawMethod_Rerank<
           v1::Reranker::WithCallbackMethod_RerankBatch<
-              v1::Reranker::WithCallbackMethod_RerankStream<
+              v1::Reranker::WithRawCallbackMethod_RerankStream<
                   v1::Reranker::Service>>> {
  public:
   // All pointers must outlive the service; `metrics` may be null.
   RerankerService(CorpusRegistry* corpora, Scheduler* scheduler,
                   const RequestLimits& limits, Metrics* metrics,
-                  const Authenticator* auth);
+                  const Authenticator* auth, const LoadingGate* loading);
   ~RerankerService() override;
 
   // Serves Rerank on `queues` (made by ServerBuilder::AddCompletionQueue
@@ -74,7 +82,7 @@ class RerankerService final
   grpc::ServerUnaryReactor* RerankBatch(
       grpc::CallbackServerContext* ctx, const v1::RerankBatchRequest* request,
       v1::RerankBatchResponse* response) override;
-  grpc::ServerBidiReactor<v1::RerankRequest, v1::RerankResponse>* RerankStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* RerankStream(
       grpc::CallbackServerContext* ctx) override;
 
   // Decodes one request into a task (without `done`). `field` prefixes
@@ -87,6 +95,7 @@ class RerankerService final
                                     std::function<bool()> is_cancelled,
                                     uint64_t cancel_key) const;
   const Authenticator& auth() const { return *auth_; }
+  const LoadingGate& loading() const { return *loading_; }
 
   Scheduler* scheduler() const { return scheduler_; }
   Metrics* metrics() const { return metrics_; }
@@ -98,6 +107,7 @@ class RerankerService final
   const RequestLimits limits_;
   Metrics* const metrics_;
   const Authenticator* const auth_;
+  const LoadingGate* const loading_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<std::thread> queue_threads_;
   // A Rerank call holds queue_mu_ shared while it starts operations on its

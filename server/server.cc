@@ -1,18 +1,20 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "index/registry.h"
+#include "index/storage.h"
 #include "index/synthetic.h"
 #include "kernels/element.h"
 #include "kernels/gpu_backend.h"
@@ -20,9 +22,11 @@
 #include "kernels/sharded_backend.h"
 #include "kernels/status_macros.h"
 #include "kernels/thread_pool.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/health_service.h"
 #include "server/metrics.h"
+#include "server/metrics_http.h"
+#include "server/parse_error_interceptor.h"
 #include "server/reranker_service.h"
 #include "spdlog/spdlog.h"
 
@@ -30,6 +34,13 @@ namespace maxsimd {
 namespace {
 
 constexpr const char* kServices[] = {"maxsimd.v1.Reranker", "maxsimd.v1.Admin"};
+
+// A duration as a gRPC channel argument in milliseconds; INT_MAX (gRPC's
+// "never") for InfiniteDuration.
+int ChannelArgMs(absl::Duration d) {
+  if (d >= absl::Milliseconds(INT_MAX)) return INT_MAX;
+  return static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
 
 BackendLimits LimitsFor(const ServerOptions& o) {
   BackendLimits l;
@@ -165,6 +176,35 @@ class BackendCollector final : public prometheus::Collectable {
   const Backend* backend_;
 };
 
+// Exposes the open AddDocuments streams as maxsimd_write_streams and
+// maxsimd_write_stream_bytes (against --max_write_streams and
+// --max_write_bytes).
+class WriteStreamCollector final : public prometheus::Collectable {
+ public:
+  explicit WriteStreamCollector(const AdminService* admin) : admin_(admin) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto gauge = [](const char* name, const char* help, double value) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Gauge;
+      f.metric.emplace_back();
+      f.metric.back().gauge.value = value;
+      return f;
+    };
+    return {gauge("maxsimd_write_streams",
+                  "Open AddDocuments streams (limit --max_write_streams).",
+                  admin_->write_streams()),
+            gauge("maxsimd_write_stream_bytes",
+                  "Bytes the open AddDocuments streams hold, converted tokens "
+                  "and ids (limit --max_write_bytes).",
+                  static_cast<double>(admin_->write_bytes()))};
+  }
+
+ private:
+  const AdminService* admin_;
+};
+
 }  // namespace
 
 absl::StatusOr<DemoCorpus> ParseDemoCorpus(absl::string_view spec,
@@ -282,6 +322,18 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   const bool mutual_tls = tls && !options.tls.client_ca_file.empty();
   MAXSIMD_ASSIGN_OR_RETURN(s->auth_,
                            Authenticator::Create(options.auth, mutual_tls));
+  std::vector<std::string> metrics_tokens;
+  if (!options.metrics_token_file.empty()) {
+    if (options.metrics_listen.empty()) {
+      return absl::InvalidArgumentError(
+          "--metrics_token_file is set but --metrics_listen is empty: there "
+          "is no /metrics to protect");
+    }
+    MAXSIMD_ASSIGN_OR_RETURN(
+        metrics_tokens,
+        ReadTokenFile(options.metrics_token_file, "metrics_token_file",
+                      options.auth.allow_readable_secrets));
+  }
   spdlog::info("gRPC port: {}; Admin calls: {}; Reranker calls: {}",
                mutual_tls ? "mutual TLS"
                : tls      ? "TLS"
@@ -306,20 +358,46 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
       s->backend_.get(), options.corpus_limits, options.data_dir);
   s->scheduler_ = std::make_unique<Scheduler>(
       s->backend_.get(), options.scheduler, s->metrics_.get());
+  // Closed while corpora load (from data_dir, then the demo ones).
+  s->loading_ = std::make_unique<LoadingGate>(options.data_dir.empty() &&
+                                              options.demo_corpora.empty());
   s->reranker_ = std::make_unique<RerankerService>(
       s->corpora_.get(), s->scheduler_.get(), options.request_limits,
-      s->metrics_.get(), s->auth_.get());
-  s->admin_ =
-      std::make_unique<AdminService>(s->corpora_.get(), options.admin_limits,
-                                     s->metrics_.get(), s->auth_.get());
+      s->metrics_.get(), s->auth_.get(), s->loading_.get());
+  s->admin_ = std::make_unique<AdminService>(
+      s->corpora_.get(), options.admin_limits, s->metrics_.get(),
+      s->auth_.get(), s->loading_.get());
+  s->health_ = std::make_unique<HealthService>(
+      std::vector<std::string>(std::begin(kServices), std::end(kServices)));
 
   // Reflection describes every service in the generated descriptor pool;
   // touching the health descriptor links grpc.health.v1 into that pool.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's default health service would answer SERVING before the server
+  // could set NOT_SERVING; HealthService starts NOT_SERVING.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, creds, &s->port_);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             ChannelArgMs(options.grpc_handshake_timeout));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             ChannelArgMs(options.grpc_max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             ChannelArgMs(options.grpc_max_connection_age));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+      ChannelArgMs(options.grpc_max_connection_age_grace));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             ChannelArgMs(options.grpc_keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             ChannelArgMs(options.grpc_keepalive_timeout));
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(
+      std::make_unique<ParseErrorInterceptorFactory>(s->metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   grpc::ResourceQuota quota("maxsimd");
   if (options.grpc_max_threads > 0)
     quota.SetMaxThreads(options.grpc_max_threads);
@@ -331,6 +409,15 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(s->reranker_.get());
   builder.RegisterService(s->admin_.get());
+  builder.RegisterService(s->health_.get());
+  // grpc.reflection.v1 beside the library's v1alpha: current grpcurl and
+  // grpcui ask for v1 first.
+  s->reflection_v1_ =
+      std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+          "maxsimd.v1.Reranker", "maxsimd.v1.Admin", "grpc.health.v1.Health",
+          "grpc.reflection.v1alpha.ServerReflection",
+          "grpc.reflection.v1.ServerReflection"});
+  builder.RegisterService(s->reflection_v1_.get());
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> rerank_queues;
   for (int i = 0; i < std::max(1, options.rerank_queues); ++i) {
     rerank_queues.push_back(builder.AddCompletionQueue());
@@ -347,14 +434,6 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
   s->SetServing(false);  // until the corpora are loaded
 
   if (!options.metrics_listen.empty()) {
-    try {
-      s->exposer_ =
-          std::make_unique<prometheus::Exposer>(options.metrics_listen);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat(
-          "could not listen on --metrics_listen=", options.metrics_listen, ": ",
-          e.what()));
-    }
     Scheduler* scheduler = s->scheduler_.get();
     s->collectables_ = {s->prom_registry_,
                         std::make_shared<CorpusCollector>(
@@ -363,9 +442,19 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
                               return scheduler->queued(corpus);
                             }),
                         std::make_shared<BackendCollector>(s->backend_.get()),
+                        std::make_shared<WriteStreamCollector>(s->admin_.get()),
                         std::make_shared<ProcessCollector>()};
-    for (const auto& c : s->collectables_) s->exposer_->RegisterCollectable(c);
-    s->metrics_port_ = s->exposer_->GetListeningPorts().front();
+    MetricsHttpOptions http;
+    http.listen = options.metrics_listen;
+    http.bearer_tokens = std::move(metrics_tokens);
+    http.max_connections = options.metrics_max_connections;
+    http.request_timeout = options.metrics_request_timeout;
+    MAXSIMD_ASSIGN_OR_RETURN(
+        s->metrics_http_,
+        MetricsHttpServer::Start(
+            http, std::vector<std::weak_ptr<prometheus::Collectable>>(
+                      s->collectables_.begin(), s->collectables_.end())));
+    s->metrics_port_ = s->metrics_http_->port();
   }
 
   if (!options.data_dir.empty()) {
@@ -382,13 +471,47 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
                       status.ToString());
       }
     }
-    if (!loaded.aliases.ok()) {
-      spdlog::error("aliases not loaded: {}", loaded.aliases.ToString());
+    if (!loaded.aliases.ok() && loaded.aliases_backup.ok()) {
+      spdlog::error(
+          "{}; the aliases come from {}/ALIASES.prev, as they were before the "
+          "last alias change (which may be lost){}{}",
+          loaded.aliases.ToString(), options.data_dir,
+          loaded.aliases_dropped.empty()
+              ? ""
+              : "; not restored, as their name is now a corpus's or their "
+                "corpus is gone: ",
+          absl::StrJoin(loaded.aliases_dropped, ", "));
+    } else if (!loaded.aliases.ok()) {
+      spdlog::error("{}", s->corpora_->Aliases().status().ToString());
     }
-    spdlog::info("data directory {}: {} corpora, {} aliases in {}",
-                 options.data_dir, loaded.corpora.size(),
-                 s->corpora_->Aliases().size(),
-                 absl::FormatDuration(absl::Now() - start));
+    if (static_cast<int64_t>(loaded.corpora.size()) >
+        options.corpus_limits.max_corpora) {
+      spdlog::warn(
+          "data directory {} holds {} corpora, more than --max_corpora={}: all "
+          "are loaded, and CreateCorpus and LoadCorpus are refused until "
+          "enough are dropped",
+          options.data_dir, loaded.corpora.size(),
+          options.corpus_limits.max_corpora);
+    }
+    spdlog::info(
+        "data directory {}: {} corpora, {} aliases in {}", options.data_dir,
+        loaded.corpora.size(),
+        s->corpora_->Aliases().ok() ? s->corpora_->Aliases()->size() : 0,
+        absl::FormatDuration(absl::Now() - start));
+  }
+  if (!options.admin_limits.files_dir.empty()) {
+    // Snapshots cut short by a crash; nothing writes one before we serve.
+    const absl::StatusOr<int> partials =
+        RemovePartialSnapshots(options.admin_limits.files_dir);
+    if (!partials.ok()) {
+      spdlog::warn("--files_dir {}: unfinished snapshots not removed: {}",
+                   options.admin_limits.files_dir,
+                   partials.status().ToString());
+    } else if (*partials > 0) {
+      spdlog::info(
+          "--files_dir {}: removed {} unfinished snapshot(s) (.partial-*)",
+          options.admin_limits.files_dir, *partials);
+    }
   }
   for (const DemoCorpus& demo : options.demo_corpora) {
     if (s->corpora_->Get(demo.name).ok()) {
@@ -402,6 +525,7 @@ absl::StatusOr<std::unique_ptr<MaxsimServer>> MaxsimServer::Start(
                  demo.name, demo.num_docs,
                  absl::FormatDuration(absl::Now() - start));
   }
+  s->loading_->Open();
   s->SetServing(s->backend_->healthy());
   MaxsimServer* server = s.get();
   s->health_thread_ = std::thread([server] {
@@ -441,11 +565,7 @@ void MaxsimServer::SetServing(bool serving) {
   serving_.store(serving);
   // The gauge first: whoever sees the new health status sees it too.
   if (metrics_ != nullptr) metrics_->SetServing(serving);
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  for (const char* service : kServices) {
-    health->SetServingStatus(service, serving);
-  }
-  health->SetServingStatus(serving);
+  health_->SetServing(serving);
 }
 
 void MaxsimServer::Shutdown() {
@@ -464,11 +584,12 @@ void MaxsimServer::Shutdown() {
   }
   spdlog::info("draining (deadline {})",
                absl::FormatDuration(options_.drain_timeout));
+  health_->Shutdown();  // ends the Watch calls, which would hold the drain
   server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
   scheduler_->Shutdown();
   server_->Wait();
   reranker_->StopRerankQueues();
-  exposer_.reset();
+  metrics_http_.reset();
   spdlog::info("stopped");
 }
 

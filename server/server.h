@@ -2,10 +2,19 @@
 // scheduler, gRPC services (Reranker, Admin, grpc.health.v1, reflection) and
 // the Prometheus endpoint, and shuts them down in order.
 //
-// Readiness: health (grpc.health.v1, for the whole server and each service)
-// is NOT_SERVING from the moment the port opens until the demo corpora are
-// loaded, again whenever the backend reports a sticky device failure, and
-// from the start of a drain.
+// Readiness: health (grpc.health.v1, for the whole server and each service;
+// the server's own HealthService, which starts NOT_SERVING) is NOT_SERVING
+// from the moment the port opens until every corpus and alias under
+// data_dir has loaded (or failed to, as DATA_LOSS) and the demo corpora are
+// made, again whenever the backend reports a sticky device failure, and
+// from the start of a drain. Until loading ends the data calls answer
+// UNAVAILABLE (LoadingGate), never NOT_FOUND or an empty list.
+//
+// Connections: the gRPC port closes a connection that has not finished its
+// HTTP/2 handshake within grpc_handshake_timeout, one idle (no call) for
+// grpc_max_connection_idle, and, after a grace, one older than
+// grpc_max_connection_age; it pings an idle client every grpc_keepalive_time
+// and drops it when no answer comes within grpc_keepalive_timeout.
 //
 // Shutdown order: health turns NOT_SERVING; for drain_grace the server still
 // accepts connections and answers every call, so that a load balancer
@@ -17,7 +26,9 @@
 // Security: the gRPC port serves TLS or mutual TLS per ServerOptions::tls,
 // and Admin (and, if asked, Reranker) calls are authenticated per
 // ServerOptions::auth (auth.h); health and reflection stay open. /metrics
-// is plain HTTP on its own address (--metrics_listen).
+// is plain HTTP on its own address (--metrics_listen), optionally behind a
+// bearer token (--metrics_token_file), served by MetricsHttpServer, which
+// idle or slow connections cannot block.
 //
 // Thread-safety: Start() and Shutdown() are called from one thread (main or
 // a test); accessors are safe from any thread once Start() returned.
@@ -38,6 +49,7 @@
 #include "index/corpus.h"
 #include "server/admin_service.h"
 #include "server/auth.h"
+#include "server/reflection_v1.h"
 #include "server/request_decoder.h"
 #include "server/scheduler.h"
 
@@ -46,7 +58,6 @@ class Server;
 }
 namespace prometheus {
 class Collectable;
-class Exposer;
 class Registry;
 }  // namespace prometheus
 
@@ -54,7 +65,10 @@ namespace maxsimd {
 
 class Backend;
 class CorpusRegistry;
+class HealthService;
+class LoadingGate;
 class Metrics;
+class MetricsHttpServer;
 class RerankerService;
 
 enum class BackendChoice { kAuto, kCpu, kGpu };
@@ -74,6 +88,11 @@ absl::StatusOr<DemoCorpus> ParseDemoCorpus(absl::string_view spec,
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";         // port 0 picks a free port
   std::string metrics_listen = "0.0.0.0:9464";  // empty: no /metrics
+  // /metrics (metrics_http.h): bearer tokens (empty: open), connections open
+  // at once, and the time from accept to a complete request head.
+  std::string metrics_token_file;
+  int metrics_max_connections = 256;
+  absl::Duration metrics_request_timeout = absl::Seconds(5);
   BackendChoice backend = BackendChoice::kAuto;
   // CUDA ordinals to serve on; empty = every usable GPU.
   std::vector<int> devices;
@@ -109,6 +128,14 @@ struct ServerOptions {
   // (RerankerService); at least 1.
   int rerank_queues = 4;
   int64_t grpc_memory_quota_bytes = 0;  // 0 = gRPC's default
+  // Connection limits of the gRPC port (see the top of this file);
+  // InfiniteDuration: none.
+  absl::Duration grpc_handshake_timeout = absl::Seconds(10);
+  absl::Duration grpc_max_connection_idle = absl::Minutes(5);
+  absl::Duration grpc_max_connection_age = absl::InfiniteDuration();
+  absl::Duration grpc_max_connection_age_grace = absl::Minutes(1);
+  absl::Duration grpc_keepalive_time = absl::Minutes(2);
+  absl::Duration grpc_keepalive_timeout = absl::Seconds(20);
   // After health turns NOT_SERVING, how long new calls are still accepted
   // and answered before the drain begins: at least the time a load balancer
   // takes to see NOT_SERVING (its check interval times its fall count, plus
@@ -155,6 +182,7 @@ class MaxsimServer {
   bool serving() const { return serving_.load(); }
   int metrics_port() const { return metrics_port_; }
   CorpusRegistry* corpora() const { return corpora_.get(); }
+  AdminService* admin() const { return admin_.get(); }
   Backend* backend() const { return backend_.get(); }
 
  private:
@@ -171,9 +199,12 @@ class MaxsimServer {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<RerankerService> reranker_;
   std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<LoadingGate> loading_;
+  std::unique_ptr<ReflectionV1Service> reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  // The exposer holds collectables by weak_ptr; these keep them alive.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  // The endpoint holds collectables by weak_ptr; these keep them alive.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   int port_ = 0;
   int metrics_port_ = 0;

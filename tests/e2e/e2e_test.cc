@@ -19,7 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "index/npy.h"
 #include "index/safetensors.h"
@@ -715,6 +717,504 @@ TEST_F(E2eTest, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_GT(finished_at, sigterm_at)
       << "the batch finished before SIGTERM; make the workload larger";
   EXPECT_EQ(server_->WaitForExit(absl::Seconds(120)), 0);
+}
+
+// ---------------------------------------------------------------------------
+// maxsimctl keeps ids byte for byte and sends bfloat16 queries as bfloat16.
+
+// `arg` as one word of a /bin/sh command line.
+std::string ShellQuote(absl::string_view arg) {
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "'";
+}
+
+// The ids of maxsimctl's --json query output, in order, unescaped (its JSON
+// strings escape '"', '\\', \n, \r, \t and other control characters as
+// \u00XX; every other byte is itself).
+std::vector<std::string> ResultIds(const std::string& json) {
+  std::vector<std::string> ids;
+  const std::string key = "\"id\":\"";
+  for (size_t at = json.find(key); at != std::string::npos;
+       at = json.find(key, at)) {
+    at += key.size();
+    std::string id;
+    while (at < json.size() && json[at] != '"') {
+      char c = json[at++];
+      if (c == '\\' && at < json.size()) {
+        const char e = json[at++];
+        switch (e) {
+          case 'n':
+            c = '\n';
+            break;
+          case 'r':
+            c = '\r';
+            break;
+          case 't':
+            c = '\t';
+            break;
+          case 'u':
+            c = static_cast<char>(std::stoi(json.substr(at, 4), nullptr, 16));
+            at += 4;
+            break;
+          default:
+            c = e;
+        }
+      }
+      id.push_back(c);
+    }
+    ids.push_back(std::move(id));
+  }
+  return ids;
+}
+
+std::vector<std::string> Sorted(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+void WriteFile(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// maxsimctl: $MAXSIMD_E2E_CTL_BIN when set, as for E2eTest, else this
+// build's.
+std::string CtlBinary() {
+  const char* ctl = std::getenv("MAXSIMD_E2E_CTL_BIN");
+  return ctl != nullptr ? ctl : MAXSIMCTL_BIN;
+}
+
+// A temporary directory, and a server with the default --max_queue_delay
+// (E2eTest's 1 s would hold each of these tests' queries for a second).
+class MaxsimctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("maxsimctl_e2e_", getpid(), "_", ++counter_);
+    std::filesystem::create_directories(dir_);
+    auto server = ::maxsimd::testing::ServerProcess::Start({});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Ctl(const std::string& args) const {
+    return absl::StrCat(CtlBinary(), " --target=", server_->target(), " ",
+                        args);
+  }
+
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  std::unique_ptr<::maxsimd::testing::ServerProcess> server_;
+};
+
+// Ids that a trimming or line-skipping reader would change, stored from an
+// ids file and returned by scans and reranks exactly; named in
+// --candidates, --candidates-file, --ids and --ids-file exactly. The ids
+// file ends one line in "\r\n" (a line ending) and holds a "\r" inside an
+// id (a byte of it).
+TEST_F(MaxsimctlTest, KeepsIdsByteExact) {
+  const std::string d = dir_.string();
+  const std::vector<std::string> ids = {" lead",
+                                        "trail ",
+                                        "tab\there",
+                                        "#not a comment",
+                                        "comma,in",
+                                        "\xc3\xbcnic\xc3\xb6"
+                                        "de",
+                                        "crlf",
+                                        "mid\rcr"};
+  auto [rc, out] = RunCommand(Ctl(absl::StrCat(
+      "generate --out ", d,
+      " --docs 8 --dim 8 --min-tokens 2 --max-tokens 4 --queries 1 "
+      "--query-tokens 2 --seed 4")));
+  ASSERT_EQ(rc, 0) << out;
+  std::string lines;
+  for (const std::string& id : ids) {
+    absl::StrAppend(&lines, id, id == "crlf" ? "\r\n" : "\n");
+  }
+  WriteFile(dir_ / "ids.txt", lines);
+  ASSERT_EQ(RunCommand(Ctl("create --name exact --dim 8")).first, 0);
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "add --corpus exact --tokens ", d, "/tokens.npy --cu-seqlens ", d,
+      "/cu_seqlens.npy --ids ", d, "/ids.txt 2>&1")));
+  ASSERT_EQ(rc, 0) << out;
+  const std::string query = absl::StrCat("--json query --corpus exact --query ",
+                                         d, "/query_0.npy --top-k 8");
+
+  // A scan returns every id as stored.
+  std::tie(rc, out) = RunCommand(Ctl(query + " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Sorted(ResultIds(out)), Sorted(ids)) << out;
+
+  // Candidates from a file (spaces and a CRLF line ending) and from the
+  // command line (split at ',' only).
+  WriteFile(dir_ / "cands.txt", " lead\r\ntrail \ntab\there");
+  std::tie(rc, out) = RunCommand(
+      Ctl(absl::StrCat(query, " --candidates-file ", d, "/cands.txt 2>&1")));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Sorted(ResultIds(out)), Sorted({" lead", "trail ", "tab\there"}))
+      << out;
+  std::tie(rc, out) = RunCommand(
+      Ctl(absl::StrCat(query, " --candidates ",
+                       ShellQuote("tab\there, lead,mid\rcr"), " 2>&1")));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Sorted(ResultIds(out)), Sorted({"tab\there", " lead", "mid\rcr"}))
+      << out;
+
+  // Deletes by the exact ids: "lead" and "trail" are not ids of the corpus.
+  std::tie(rc, out) = RunCommand(
+      Ctl(absl::StrCat("--json delete --corpus exact --ids ",
+                       ShellQuote("trail ,lead"), " --ignore-missing 2>&1")));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"deleted\":1,\"missing\":1"), std::string::npos) << out;
+  WriteFile(dir_ / "del.txt", "comma,in\n");
+  std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
+      "--json delete --corpus exact --ids-file ", d, "/del.txt 2>&1")));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"deleted\":1,\"missing\":0"), std::string::npos) << out;
+  std::tie(rc, out) = RunCommand(Ctl(query + " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Sorted(ResultIds(out)),
+            Sorted({" lead", "tab\there", "#not a comment",
+                    "\xc3\xbcnic\xc3\xb6"
+                    "de",
+                    "crlf", "mid\rcr"}))
+      << out;
+}
+
+// Ids maxsimctl cannot pass on exactly are refused, naming the flag, the
+// file and line or the list position, and the id; none of these reach a
+// server (there is none at the target).
+TEST(MaxsimctlIdsTest, RefusesIdsItCannotPassOnExactly) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("maxsimctl_ids_", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  // Three documents of one token each.
+  ASSERT_TRUE(
+      WriteNpy(d + "/t.npy", MakeNpyFloat32({1, 0, 0, 1, 1, 1}, {3, 2})).ok());
+  ASSERT_TRUE(WriteNpy(d + "/cu.npy", MakeNpyInt64({0, 1, 2, 3}, {4})).ok());
+  ASSERT_TRUE(WriteNpy(d + "/q.npy", MakeNpyFloat32({1, 0}, {1, 2})).ok());
+  const std::string ctl = absl::StrCat(CtlBinary(), " --target=127.0.0.1:1 ");
+  const std::string add =
+      absl::StrCat(ctl, "add --corpus c --tokens ", d, "/t.npy --cu-seqlens ",
+                   d, "/cu.npy --ids ", d, "/ids.txt 2>&1");
+  struct Case {
+    std::string file;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"a\nb\n\nc\n", "--ids: '" + d + "/ids.txt' line 3: id \"\" is empty"},
+      {"a\n" + std::string(257, 'x') + "\nc",
+       "line 2: id \"" + std::string(64, 'x') +
+           "...\" (257 bytes) is over the API's limit of 256 bytes"},
+      {"a\nb\r\r\nc\n", "line 2: id \"b\\r\" ends in \"\\r\""},
+      {"a\nb\xff\nc\n", "line 2: id \"b\\xff\" is not UTF-8"},
+      {"\n", "line 1: id \"\" is empty"},
+      {"a\nb\n", "'" + d + "/ids.txt' has 2 ids, but the documents number 3"},
+      {"a\nb\nc\nd\n", "has 4 ids, but the documents number 3"},
+  };
+  for (const Case& c : cases) {
+    WriteFile(dir / "ids.txt", c.file);
+    auto [rc, out] = RunCommand(add);
+    EXPECT_EQ(rc, 1) << c.want << "\n" << out;
+    EXPECT_NE(out.find(c.want), std::string::npos) << c.want << "\n" << out;
+    EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+  }
+  // Lists on the command line: usage errors (exit 2).
+  const std::string query =
+      absl::StrCat(ctl, "query --corpus c --query ", d, "/q.npy ");
+  const Case lists[] = {
+      {query + "--candidates a,,b", "--candidates: id 2 \"\" is empty"},
+      {query + "--candidates a,b,", "--candidates: id 3 \"\" is empty"},
+      {query + "--candidates ''", "--candidates is empty"},
+      {query + "--candidates " + ShellQuote(std::string(300, 'y')),
+       "--candidates: id 1 \"" + std::string(64, 'y') + "...\" (300 bytes)"},
+      {ctl + "delete --corpus c --ids ,a", "--ids: id 1 \"\" is empty"},
+      {ctl + "delete --corpus c", "give --ids, --ids-file or both"},
+  };
+  for (const Case& c : lists) {
+    auto [rc, out] = RunCommand(c.file + " 2>&1");
+    EXPECT_EQ(rc, 2) << c.file << "\n" << out;
+    EXPECT_NE(out.find(c.want), std::string::npos) << c.want << "\n" << out;
+  }
+  // Files of candidates and of ids to delete follow --ids' rules; an empty
+  // one is not a scan.
+  WriteFile(dir / "c.txt", "ok\n\n");
+  auto [rc, out] =
+      RunCommand(absl::StrCat(query, "--candidates-file ", d, "/c.txt 2>&1"));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("--candidates-file: '" + d + "/c.txt' line 2: id \"\""),
+            std::string::npos)
+      << out;
+  WriteFile(dir / "c.txt", "");
+  std::tie(rc, out) =
+      RunCommand(absl::StrCat(query, "--candidates-file ", d, "/c.txt 2>&1"));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("holds no ids"), std::string::npos) << out;
+  WriteFile(dir / "c.txt", "x\r\r");
+  std::tie(rc, out) = RunCommand(
+      absl::StrCat(ctl, "delete --corpus c --ids-file ", d, "/c.txt 2>&1"));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("--ids-file: '" + d + "/c.txt' line 1: id \"x\\r\""),
+            std::string::npos)
+      << out;
+  std::filesystem::remove_all(dir);
+}
+
+// A Reranker that keeps every request and answers with no results.
+class RecordingReranker final : public v1::Reranker::Service {
+ public:
+  grpc::Status Rerank(grpc::ServerContext*, const v1::RerankRequest* request,
+                      v1::RerankResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    requests_.push_back(*request);
+    response->set_request_id(request->request_id());
+    return grpc::Status::OK;
+  }
+  grpc::Status RerankBatch(grpc::ServerContext*,
+                           const v1::RerankBatchRequest* request,
+                           v1::RerankBatchResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    for (const v1::RerankRequest& r : request->queries()) {
+      requests_.push_back(r);
+      response->add_results()->set_request_id(r.request_id());
+    }
+    return grpc::Status::OK;
+  }
+  std::vector<v1::RerankRequest> Take() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(requests_, {});
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::RerankRequest> requests_ ABSL_GUARDED_BY(mu_);
+};
+
+// What maxsimctl puts on the wire for one query: the file's own dtype and
+// bytes (bfloat16 from '<V2', '|V2', '<u2' with --query-dtype=bf16 and
+// safetensors BF16; float16 and float32 likewise), and candidate ids byte
+// for byte. A batch goes through RerankBatch's Queries: bfloat16 widened to
+// float32, exactly.
+TEST(MaxsimctlQueryTest, SendsOneQueryInItsFilesDtype) {
+  RecordingReranker service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("maxsimctl_dtype_", getpid());
+  std::filesystem::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string ctl =
+      absl::StrCat(CtlBinary(), " --target=127.0.0.1:", port,
+                   " query --corpus c --top-k 3 --query ");
+
+  // [3, 4] values with more bits than bfloat16 keeps, and their bfloat16.
+  std::vector<float> values(12);
+  std::vector<uint16_t> bf16(12);
+  for (int i = 0; i < 12; ++i) {
+    values[i] = 1.0f / static_cast<float>(i + 3) - 0.1f * static_cast<float>(i);
+    bf16[i] = FloatToBFloat16(values[i]);
+  }
+  const std::string bits(reinterpret_cast<const char*>(bf16.data()), 24);
+  auto npy = [&](const std::string& descr, std::vector<int64_t> shape,
+                 const std::string& data) {
+    NpyArray a;
+    a.descr = descr;
+    a.shape = std::move(shape);
+    a.data.assign(data.begin(), data.end());
+    return a;
+  };
+  ASSERT_TRUE(WriteNpy(d + "/v.npy", npy("<V2", {3, 4}, bits)).ok());
+  ASSERT_TRUE(WriteNpy(d + "/void.npy", npy("|V2", {3, 4}, bits)).ok());
+  ASSERT_TRUE(WriteNpy(d + "/u2.npy", npy("<u2", {3, 4}, bits)).ok());
+  ASSERT_TRUE(WriteNpy(d + "/f32.npy", MakeNpyFloat32(values, {3, 4})).ok());
+  const NpyArray f16 = MakeNpyFloat16(values, {3, 4});
+  ASSERT_TRUE(WriteNpy(d + "/f16.npy", f16).ok());
+  SafetensorsFile st;
+  st.tensors["query"] = SafetensorsTensor{"BF16", {3, 4}, bits};
+  st.tensors["other"] = SafetensorsTensor{
+      "F16", {3, 4}, std::string(f16.data.begin(), f16.data.end())};
+  WriteFile(dir / "q.safetensors", SerializeSafetensors(st));
+  SafetensorsFile u16;
+  u16.tensors["embeddings"] = SafetensorsTensor{"U16", {3, 4}, bits};
+  WriteFile(dir / "u16.safetensors", SerializeSafetensors(u16));
+  WriteFile(dir / "cands.txt", "tab\there\r\n a b \n");
+
+  struct Case {
+    std::string args;
+    v1::DType dtype;
+    std::string data;
+  };
+  const std::string f32_bytes(reinterpret_cast<const char*>(values.data()), 48);
+  const Case cases[] = {
+      {"v.npy", v1::DTYPE_BFLOAT16, bits},
+      {"void.npy", v1::DTYPE_BFLOAT16, bits},
+      {"u2.npy --query-dtype=bf16", v1::DTYPE_BFLOAT16, bits},
+      {"u2.npy --query_dtype=bfloat16", v1::DTYPE_BFLOAT16, bits},
+      {"q.safetensors", v1::DTYPE_BFLOAT16, bits},
+      {"u16.safetensors --query-dtype=bf16", v1::DTYPE_BFLOAT16, bits},
+      {"q.safetensors --query-tensor other", v1::DTYPE_FLOAT16,
+       std::string(f16.data.begin(), f16.data.end())},
+      {"f16.npy", v1::DTYPE_FLOAT16,
+       std::string(f16.data.begin(), f16.data.end())},
+      {"f32.npy", v1::DTYPE_FLOAT32, f32_bytes},
+  };
+  for (const Case& c : cases) {
+    auto [rc, out] = RunCommand(absl::StrCat(
+        ctl, d, "/", c.args, " --candidates-file ", d, "/cands.txt 2>&1"));
+    ASSERT_EQ(rc, 0) << c.args << "\n" << out;
+    const std::vector<v1::RerankRequest> got = service.Take();
+    ASSERT_EQ(got.size(), 1u) << c.args;
+    EXPECT_EQ(got[0].query().dtype(), c.dtype) << c.args;
+    EXPECT_EQ(std::vector<int64_t>(got[0].query().shape().begin(),
+                                   got[0].query().shape().end()),
+              (std::vector<int64_t>{3, 4}))
+        << c.args;
+    EXPECT_EQ(got[0].query().data(), c.data) << c.args;
+    EXPECT_EQ(std::vector<std::string>(got[0].candidate_ids().begin(),
+                                       got[0].candidate_ids().end()),
+              (std::vector<std::string>{"tab\there", " a b "}))
+        << c.args;
+  }
+
+  // A batch [2, 3, 2] of bfloat16: one RerankBatch, its values exact.
+  ASSERT_TRUE(WriteNpy(d + "/batch.npy", npy("<V2", {2, 3, 2}, bits)).ok());
+  auto [rc, out] = RunCommand(absl::StrCat(ctl, d, "/batch.npy 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<v1::RerankRequest> got = service.Take();
+  ASSERT_EQ(got.size(), 2u);
+  for (int q = 0; q < 2; ++q) {
+    EXPECT_EQ(got[q].query().dtype(), v1::DTYPE_FLOAT32);
+    ASSERT_EQ(got[q].query().data().size(), 24u);
+    for (int i = 0; i < 6; ++i) {
+      float v;
+      std::memcpy(&v, got[q].query().data().data() + 4 * i, 4);
+      EXPECT_EQ(v, BFloat16ToFloat(bf16[q * 6 + i])) << q << " " << i;
+    }
+  }
+
+  // Refusals name the file, and the flag that would have helped.
+  const Case refusals[] = {
+      {"u2.npy",
+       {},
+       "got '<u2'; for bfloat16 bits in a uint16 array give "
+       "--query-dtype=bfloat16"},
+      {"f32.npy --query-dtype=bf16",
+       {},
+       "--query-dtype=bfloat16, but '" + d + "/f32.npy' holds float32"},
+      {"q.safetensors --query-tensor nope",
+       {},
+       "no tensor \"nope\" (it has \"other\", \"query\")"},
+      {"u16.safetensors",
+       {},
+       "tensor \"embeddings\" has dtype U16; expected F32, F16 or BF16; for "
+       "bfloat16 bits in a uint16 array give --query-dtype=bfloat16"},
+      {"v.npy --query-tensor query", {}, "--query-tensor is for safetensors"},
+      {"cands.txt",
+       {},
+       "is not .npy (no \\x93NUMPY magic), and not "
+       "safetensors"},
+  };
+  for (const Case& c : refusals) {
+    std::tie(rc, out) = RunCommand(absl::StrCat(ctl, d, "/", c.args, " 2>&1"));
+    EXPECT_NE(rc, 0) << c.args << "\n" << out;
+    EXPECT_NE(out.find(c.data), std::string::npos) << c.data << "\n" << out;
+  }
+  EXPECT_TRUE(service.Take().empty());
+  server->Shutdown();
+  std::filesystem::remove_all(dir);
+}
+
+// A bfloat16 query ranks like its float32 equivalent (the same values) on
+// the real server, from every encoding: one query (scan and rerank) and a
+// batch.
+TEST_F(MaxsimctlTest, Bfloat16QueriesRankLikeFloat32) {
+  const std::string d = dir_.string();
+  auto [rc, out] = RunCommand(
+      Ctl(absl::StrCat("generate --out ", d,
+                       " --docs 300 --dim 32 --min-tokens 2 --max-tokens 30 "
+                       "--queries 2 --query-tokens 8 --seed 7")));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_EQ(RunCommand(Ctl("create --name bf --dim 32")).first, 0);
+  std::tie(rc, out) = RunCommand(Ctl(
+      absl::StrCat("add --corpus bf --tokens ", d, "/tokens.npy --cu-seqlens ",
+                   d, "/cu_seqlens.npy --ids ", d, "/ids.txt")));
+  ASSERT_EQ(rc, 0) << out;
+
+  // Both queries rounded to bfloat16, and those values as float32.
+  std::string bits;
+  std::vector<float> widened;
+  for (int q = 0; q < 2; ++q) {
+    const std::vector<float> values =
+        NpyToFloat32(ReadNpy(dir_ / absl::StrCat("query_", q, ".npy")).value(),
+                     "q")
+            .value();
+    for (float v : values) {
+      const uint16_t b = FloatToBFloat16(v);
+      bits.append(reinterpret_cast<const char*>(&b), 2);
+      widened.push_back(BFloat16ToFloat(b));
+    }
+  }
+  const std::string one = bits.substr(0, 8 * 32 * 2);
+  auto bf16_npy = [](const char* descr, std::vector<int64_t> shape,
+                     const std::string& data) {
+    NpyArray a;
+    a.descr = descr;
+    a.shape = std::move(shape);
+    a.data.assign(data.begin(), data.end());
+    return a;
+  };
+  ASSERT_TRUE(WriteNpy(d + "/f32.npy",
+                       MakeNpyFloat32(std::vector<float>(widened.begin(),
+                                                         widened.begin() + 256),
+                                      {8, 32}))
+                  .ok());
+  ASSERT_TRUE(WriteNpy(d + "/v.npy", bf16_npy("<V2", {8, 32}, one)).ok());
+  ASSERT_TRUE(WriteNpy(d + "/void.npy", bf16_npy("|V2", {8, 32}, one)).ok());
+  ASSERT_TRUE(WriteNpy(d + "/u2.npy", bf16_npy("<u2", {8, 32}, one)).ok());
+  SafetensorsFile st;
+  st.tensors["query"] = SafetensorsTensor{"BF16", {8, 32}, one};
+  WriteFile(dir_ / "q.safetensors", SerializeSafetensors(st));
+  ASSERT_TRUE(
+      WriteNpy(d + "/batch_f32.npy", MakeNpyFloat32(widened, {2, 8, 32})).ok());
+  ASSERT_TRUE(
+      WriteNpy(d + "/batch_v.npy", bf16_npy("<V2", {2, 8, 32}, bits)).ok());
+
+  for (const std::string& rerank :
+       {std::string(),
+        absl::StrCat(" --candidates-file ", d, "/candidates_0.txt")}) {
+    auto ranked = [&](const std::string& args) {
+      auto [rc, out] = RunCommand(
+          Ctl(absl::StrCat("--json query --corpus bf --top-k 20 --query ", d,
+                           "/", args, rerank, " 2>&1")));
+      EXPECT_EQ(rc, 0) << args << "\n" << out;
+      return ParseResults(out);
+    };
+    const auto want = ranked("f32.npy");
+    ASSERT_EQ(want.size(), 20u);
+    for (const char* args :
+         {"v.npy", "void.npy", "u2.npy --query-dtype=bf16", "q.safetensors"}) {
+      EXPECT_EQ(ranked(args), want) << args << rerank;
+    }
+    const auto batch = ranked("batch_f32.npy");
+    ASSERT_EQ(batch.size(), 40u);
+    EXPECT_EQ(ranked("batch_v.npy"), batch) << rerank;
+  }
 }
 
 }  // namespace

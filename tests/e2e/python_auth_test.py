@@ -55,6 +55,7 @@ def free_port() -> int:
 def write(name: str, text: str) -> str:
     path = Path(_TMP.name) / name
     path.write_text(text)
+    path.chmod(0o600)  # the server refuses secret files others can read
     return str(path)
 
 

@@ -66,6 +66,9 @@ class SecurityTest : public ::testing::Test {
   std::string Write(const std::string& name, const std::string& text) {
     const std::string path = (dir_ / name).string();
     EXPECT_TRUE(WriteTestFile(path, text)) << path;
+    // Private to the owner: the server refuses secret files others can read.
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                           std::filesystem::perms::owner_write);
     return path;
   }
   std::string Path(const std::string& name) const {
@@ -83,6 +86,12 @@ TEST_F(SecurityTest, BadFlagsStopStartUpNamingTheFlag) {
   const std::string token_file = Write("tokens", kAdminToken);
   const std::string missing = Path("missing.pem");
   const std::string garbage = Write("garbage.pem", "no certificate here\n");
+  const std::string readable_tokens = Write("readable-tokens", kAdminToken);
+  std::filesystem::permissions(readable_tokens,
+                               std::filesystem::perms::owner_read |
+                                   std::filesystem::perms::owner_write |
+                                   std::filesystem::perms::group_read |
+                                   std::filesystem::perms::others_read);
   struct Case {
     std::string flags;
     int exit_code;
@@ -109,6 +118,10 @@ TEST_F(SecurityTest, BadFlagsStopStartUpNamingTheFlag) {
       {absl::StrCat("--query_token_file=", token_file),
        1,
        {"--query_token_file"}},
+      // A token file others can read, as the binary reports it.
+      {absl::StrCat("--admin_token_file=", readable_tokens),
+       1,
+       {"--admin_token_file", "mode 0644", "--allow_readable_secret_files"}},
   };
   for (const Case& c : cases) {
     // `timeout` in case a start-up that should fail serves instead.

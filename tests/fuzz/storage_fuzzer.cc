@@ -59,7 +59,9 @@ void FixFraming(std::string* f, uint32_t kind) {
   if (f->size() < 16) return;
   std::memcpy(f->data(), "MAXSIMD\0", 8);
   Put32(f, 8, kind);
-  Put32(f, 12, 1);
+  // Format version 1, or 2 (with the corpus id block) when the input has
+  // it, so both versions' paths are fuzzed.
+  Put32(f, 12, Get32(*f, 12) == 2 ? 2 : 1);
   size_t at = 16;
   while (f->size() - at >= 8) {
     if (Get32(*f, at) == 0xffffffffu) {

@@ -299,6 +299,114 @@ TEST(NpyTest, Uint8ReadsAsRawBytes) {
   }
 }
 
+// bfloat16 in .npy files. np.save of an ml_dtypes.bfloat16 array writes
+// exactly this header ('<V2': ml_dtypes' type of kind 'V' with the host's
+// byte order); np.load of it gives plain 2-byte voids, which save again as
+// '|V2'; `a.view(np.uint16)` saves as '<u2'. All three read with their bytes
+// untouched; '<u2' is bfloat16 only when the caller says so.
+TEST(NpyTest, Bfloat16EncodingsKeepTheirBytes) {
+  // 1, -2.5, 0.15625, -0, 3.3895314e38 (bfloat16's largest finite), the
+  // smallest normal.
+  const std::string bits("\x80\x3f\x20\xc0\x20\x3e\x00\x80\x7f\x7f\x80\x00",
+                         12);
+  struct Case {
+    const char* descr;
+    bool uint16_is_bfloat16;
+  };
+  for (const Case& c :
+       {Case{"<V2", false}, Case{"|V2", false}, Case{"<u2", true}}) {
+    SCOPED_TRACE(c.descr);
+    absl::StatusOr<NpyArray> a = ParseNpy(
+        Image(absl::StrCat("{'descr': '", c.descr,
+                           "', 'fortran_order': False, 'shape': (2, 3), }"),
+              bits),
+        "bf16.npy");
+    ASSERT_THAT(a, IsOk());
+    EXPECT_EQ(a->element_size(), 2);
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(std::string(a->data.begin(), a->data.end()), bits);
+    absl::StatusOr<DType> dtype =
+        NpyFloatDType(*a, "bf16.npy", c.uint16_is_bfloat16);
+    ASSERT_THAT(dtype, IsOk());
+    EXPECT_EQ(*dtype, DType::kBFloat16);
+    // A round trip through the writer keeps the descr and the bytes.
+    absl::StatusOr<NpyArray> again = ParseNpy(SerializeNpy(*a), "again.npy");
+    ASSERT_THAT(again, IsOk());
+    EXPECT_EQ(again->descr, c.descr);
+    EXPECT_EQ(again->data, a->data);
+  }
+  // Unflagged uint16 is integers, not bfloat16; the message names the file
+  // and the descr.
+  absl::StatusOr<NpyArray> u2 = ParseNpy(
+      Image("{'descr': '<u2', 'fortran_order': False, 'shape': (6,), }", bits),
+      "u2.npy");
+  ASSERT_THAT(u2, IsOk());
+  EXPECT_THAT(
+      NpyFloatDType(*u2, "u2.npy", false),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               ::testing::AllOf(HasSubstr("u2.npy"), HasSubstr("got '<u2'"))));
+  // A big-endian host's bfloat16 is not read.
+  EXPECT_THAT(
+      ParseNpy(Image("{'descr': '>V2', 'fortran_order': False, 'shape': (6,), "
+                     "}",
+                     bits),
+               "be.npy"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("unsupported dtype '>V2'")));
+}
+
+TEST(NpyTest, FloatDTypeOfEveryFloatEncoding) {
+  EXPECT_EQ(NpyFloatDType(MakeNpyFloat32({1.f}, {1}), "a", false).value(),
+            DType::kFloat32);
+  EXPECT_EQ(NpyFloatDType(MakeNpyFloat16({1.f}, {1}), "a", false).value(),
+            DType::kFloat16);
+  EXPECT_EQ(NpyFloatDType(MakeNpyFloat16({1.f}, {1}), "a", true).value(),
+            DType::kFloat16);
+  for (const NpyArray& other :
+       {MakeNpyInt64({1}, {1}), NpyArray{"|u1", {1}, {'\0'}},
+        NpyArray{"<i4", {1}, std::vector<char>(4)}}) {
+    EXPECT_THAT(NpyFloatDType(other, "ints.npy", true),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("ints.npy"),
+                                          HasSubstr(other.descr))));
+  }
+}
+
+TEST(NpyTest, DocumentsFromTokensAndOffsets) {
+  const std::vector<float> values = {1, -2, 0.5f, 4, -0.25f, 8};
+  for (const bool half : {false, true}) {
+    SCOPED_TRACE(half);
+    const NpyArray tokens =
+        half ? MakeNpyFloat16(values, {3, 2}) : MakeNpyFloat32(values, {3, 2});
+    absl::StatusOr<NpyDocuments> docs = DocumentsFromNpy(
+        tokens, "t.npy", MakeNpyInt64({0, 1, 3}, {3}), "cu.npy");
+    ASSERT_THAT(docs, IsOk());
+    EXPECT_EQ(docs->dim, 2);
+    EXPECT_EQ(docs->tokens, values);
+    EXPECT_EQ(docs->cu_seqlens, (std::vector<int64_t>{0, 1, 3}));
+    EXPECT_EQ(docs->float16, half);
+  }
+  const NpyArray tokens = MakeNpyFloat32(values, {3, 2});
+  EXPECT_THAT(DocumentsFromNpy(MakeNpyFloat32(values, {6}), "t.npy",
+                               MakeNpyInt64({0, 6}, {2}), "cu.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'t.npy' must be a 2-D")));
+  EXPECT_THAT(
+      DocumentsFromNpy(tokens, "t.npy", MakeNpyInt64({0, 2}, {2}), "cu.npy"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("'cu.npy' must run from 0 to the 3 token "
+                         "rows of 't.npy'")));
+  EXPECT_THAT(
+      DocumentsFromNpy(tokens, "t.npy", MakeNpyFloat32({0, 3}, {2}), "cu.npy"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cu.npy")));
+  NpyArray bf16 = tokens;
+  bf16.descr = "<V2";
+  bf16.data.resize(12);
+  EXPECT_THAT(
+      DocumentsFromNpy(bf16, "t.npy", MakeNpyInt64({0, 3}, {2}), "cu.npy"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("<V2")));
+}
+
 TEST(NpyTest, UnsupportedDescrIsInvalidArgument) {
   for (const char* descr : {"<f8", ">f4", "|i1", "<c8", "float32", ""}) {
     const std::string header = absl::StrCat(

@@ -1,6 +1,7 @@
 // The safetensors reader: round trips of every dtype the importer takes,
 // headers with escapes and whitespace, malformed files (DATA_LOSS naming the
-// file), unknown dtypes, and documents read as tokens + cu_seqlens.
+// file), unknown dtypes, documents read as tokens + cu_seqlens, and a
+// query's tensor read in its own dtype.
 #include "index/safetensors.h"
 
 #include <cstring>
@@ -93,6 +94,85 @@ TEST(SafetensorsTest, DocumentsFromEveryTokenDtype) {
   EXPECT_THAT(DocumentsFromSafetensors(bad, "d"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("expected F32, F16 or BF16")));
+}
+
+// A query read as it is stored: the tensor "query", else the only one, or
+// the one named; BF16 (native in safetensors) comes back as bfloat16 with
+// its bytes untouched, as do F32 and F16.
+TEST(SafetensorsTest, FloatTensorKeepsTheFilesDtypeAndBytes) {
+  // 1, -2.5, 0.15625, -0 as bfloat16.
+  const std::string bits =
+      Bytes(std::vector<uint16_t>{0x3f80, 0xc020, 0x3e20, 0x8000});
+  SafetensorsTensor bf16;
+  bf16.dtype = "BF16";
+  bf16.shape = {2, 2};
+  bf16.data = bits;
+  SafetensorsFile file;
+  file.tensors["query"] = bf16;
+  file.tensors["other"] = Documents("F32").tensors.at("tokens");
+  absl::StatusOr<SafetensorsFile> parsed =
+      ParseSafetensors(SerializeSafetensors(file), "q.safetensors");
+  ASSERT_THAT(parsed, IsOk());
+
+  absl::StatusOr<SafetensorsFloatTensor> q =
+      FloatTensorFromSafetensors(*parsed, "", "q.safetensors", false);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->name, "query");
+  EXPECT_EQ(q->dtype, DType::kBFloat16);
+  EXPECT_EQ(q->tensor->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(q->tensor->data, bits);
+  EXPECT_EQ(q->tensor, &parsed->tensors.at("query"));  // not a copy
+
+  q = FloatTensorFromSafetensors(*parsed, "other", "q.safetensors", false);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->name, "other");
+  EXPECT_EQ(q->dtype, DType::kFloat32);
+
+  // One tensor of any name is the query.
+  for (const std::string dtype : {"F32", "F16", "BF16"}) {
+    SafetensorsFile one;
+    one.tensors["embeddings"] = Documents(dtype).tensors.at("tokens");
+    q = FloatTensorFromSafetensors(one, "", "one", false);
+    ASSERT_THAT(q, IsOk()) << dtype;
+    EXPECT_EQ(q->name, "embeddings");
+    EXPECT_EQ(q->dtype, dtype == "F32"   ? DType::kFloat32
+                        : dtype == "F16" ? DType::kFloat16
+                                         : DType::kBFloat16);
+    EXPECT_EQ(q->tensor->data, one.tensors.at("embeddings").data);
+  }
+}
+
+TEST(SafetensorsTest, FloatTensorRefusalsNameTheFileAndTensor) {
+  SafetensorsFile two = Documents("F32");  // "tokens" and "cu_seqlens"
+  EXPECT_THAT(FloatTensorFromSafetensors(two, "", "two.safetensors", false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("two.safetensors"),
+                                        HasSubstr("no tensor \"query\""),
+                                        HasSubstr("\"cu_seqlens\", "
+                                                  "\"tokens\""))));
+  EXPECT_THAT(FloatTensorFromSafetensors(two, "q", "two.safetensors", false),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no tensor \"q\"")));
+  EXPECT_THAT(
+      FloatTensorFromSafetensors(two, "cu_seqlens", "two.safetensors", false),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("tensor \"cu_seqlens\" has dtype I64; expected "
+                         "F32, F16 or BF16")));
+  EXPECT_THAT(
+      FloatTensorFromSafetensors(SafetensorsFile(), "", "e", false),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("it has none")));
+  // U16 holds bfloat16 bits only when the caller says so.
+  SafetensorsFile u16;
+  u16.tensors["query"].dtype = "U16";
+  u16.tensors["query"].shape = {1, 2};
+  u16.tensors["query"].data = Bytes(std::vector<uint16_t>{0x3f80, 0xc020});
+  EXPECT_THAT(
+      FloatTensorFromSafetensors(u16, "", "u", false),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has dtype U16")));
+  absl::StatusOr<SafetensorsFloatTensor> q =
+      FloatTensorFromSafetensors(u16, "", "u", true);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->dtype, DType::kBFloat16);
 }
 
 // A file written by hand: whitespace, escapes, the order of fields.

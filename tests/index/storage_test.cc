@@ -1,8 +1,11 @@
-// Durable storage (index/FORMAT.md): round trips of the three file kinds,
+// Durable storage (index/FORMAT.md): round trips of the file kinds,
 // damaged files (flipped bytes, truncation, wrong magic, kind or version,
 // trailing bytes, missing files) reported as DATA_LOSS naming the file and
-// the reason, and corpora that survive a reopen through CorpusStore, Corpus
-// and CorpusRegistry, including a failed write that must change nothing.
+// the reason, files of another corpus refused by their corpus id, and
+// corpora that survive a reopen through CorpusStore, Corpus and
+// CorpusRegistry, including a failed write that must change nothing; the
+// registry's limit on corpora, its alias files (ALIASES and its backup
+// ALIASES.prev, damaged), and the removal of what a crash leaves.
 #include "index/storage.h"
 
 #include <stdlib.h>
@@ -63,6 +66,30 @@ class TempDir {
 bool Exists(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0;
+}
+
+// The manifest of the corpus directory `dir`.
+Manifest ManifestOf(const std::string& dir) {
+  const std::string path = dir + "/MANIFEST";
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  EXPECT_THAT(bytes, IsOk());
+  absl::StatusOr<Manifest> m = DecodeManifest(bytes.value_or(""), path);
+  EXPECT_THAT(m, IsOk());
+  return m.value_or(Manifest{});
+}
+
+std::vector<std::string> SortedFiles(const std::string& dir) {
+  std::vector<std::string> names =
+      ListFiles(dir).value_or(std::vector<std::string>{});
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Copies the file `from` over `to`, byte for byte.
+void CopyFile(const std::string& from, const std::string& to) {
+  absl::StatusOr<std::string> bytes = ReadWholeFile(from);
+  ASSERT_THAT(bytes, IsOk());
+  ASSERT_THAT(WriteFileDurably(to, *bytes), IsOk());
 }
 
 class StorageTest : public ::testing::Test {
@@ -258,10 +285,10 @@ TEST_F(StorageTest, WrongMagicKindVersionAndTrailingBytesAreNamed) {
   EXPECT_THAT(DecodeSegmentFile(magic, "f"),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("bad magic")));
   std::string version = good;
-  version[12] = 2;  // the u32 after the magic and the kind
+  version[12] = 3;  // the u32 after the magic and the kind
   EXPECT_THAT(DecodeSegmentFile(version, "f"),
               StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("format version 2 is not supported")));
+                       HasSubstr("format version 3 is not supported")));
   EXPECT_THAT(DecodeManifest(good, "MANIFEST"),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr("kind 1, expected kind 3")));
@@ -271,6 +298,75 @@ TEST_F(StorageTest, WrongMagicKindVersionAndTrailingBytesAreNamed) {
   EXPECT_THAT(DecodeTombstoneFile(EncodeTombstoneFile(33, {0, 1}), 40, "t"),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr("is for 33 documents; the segment has 40")));
+}
+
+TEST_F(StorageTest, CorpusIdsAreVersion2FilesWhoseChecksumsCoverTheId) {
+  const std::string id = NewCorpusId();
+  ASSERT_EQ(id.size(), 32u);
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(NewCorpusId(), id);
+  auto version = [](const std::string& file) {
+    uint32_t v = 0;
+    std::memcpy(&v, file.data() + 12, 4);
+    return v;
+  };
+  const SegmentData docs = Docs("d", 3);
+  const std::string seg = EncodeSegmentFile(docs, id);
+  EXPECT_EQ(version(seg), 2u);
+  EXPECT_EQ(version(EncodeSegmentFile(docs)), 1u);
+  std::string got = "x";
+  absl::StatusOr<SegmentData> back = DecodeSegmentFile(seg, "seg-1.msd", &got);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(got, id);
+  EXPECT_EQ(back->ids, docs.ids);
+  EXPECT_EQ(back->tokens, docs.tokens);
+  ASSERT_THAT(DecodeSegmentFile(EncodeSegmentFile(docs), "seg-1.msd", &got),
+              IsOk());
+  EXPECT_EQ(got, "");
+  // The id's bytes (after the header and the block's tag and length) are
+  // under the block CRC.
+  std::string flipped = seg;
+  flipped[16 + 12] ^= 1;
+  EXPECT_THAT(DecodeSegmentFile(flipped, "seg-1.msd"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("checksum mismatch in block 'corp'")));
+
+  ASSERT_THAT(DecodeTombstoneFile(EncodeTombstoneFile(3, {2u}, id), 3,
+                                  "tomb-2.msd", &got),
+              IsOk());
+  EXPECT_EQ(got, id);
+  PlaidCodec codec;
+  codec.dim = 8;
+  codec.nbits = 1;
+  codec.num_centroids = 2;
+  codec.centroids.assign(16, 0.5f);
+  codec.bucket_weights = {-0.1f, 0.1f};
+  codec.bucket_cutoffs = {0.f};
+  ASSERT_THAT(DecodeCodecFile(EncodeCodecFile(codec, id), "codec-3.msd", &got),
+              IsOk());
+  EXPECT_EQ(got, id);
+
+  Manifest m;
+  m.config = config_;
+  m.next_file = 9;
+  m.corpus_id = id;
+  m.legacy_below = 4;
+  const std::string manifest = EncodeManifest(m);
+  EXPECT_EQ(version(manifest), 2u);
+  absl::StatusOr<Manifest> mback = DecodeManifest(manifest, "MANIFEST");
+  ASSERT_THAT(mback, IsOk());
+  EXPECT_EQ(mback->corpus_id, id);
+  EXPECT_EQ(mback->legacy_below, 4u);
+  m.legacy_below = 10;  // past the next file number
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m), "MANIFEST"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("'lgcy'")));
+  // The alias file belongs to no corpus: it has no version 2.
+  std::string aliases = EncodeAliases({{"a", "c"}});
+  EXPECT_EQ(version(aliases), 1u);
+  aliases[12] = 2;
+  EXPECT_THAT(DecodeAliases(aliases, "ALIASES"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("format version 2 is not supported")));
 }
 
 // A file of FORMAT.md `kind` holding these (tag, payload) blocks, with valid
@@ -536,7 +632,7 @@ TEST_F(StorageTest, AliasesSwitchAtomicallyPersistAndGuardTheirCorpus) {
     auto report = r.LoadAll();
     ASSERT_THAT(report, IsOk());
     EXPECT_THAT(report->aliases, IsOk());
-    EXPECT_EQ(r.Aliases(),
+    EXPECT_EQ(r.Aliases().value(),
               (std::map<std::string, std::string>{{"prod", "v2"}}));
     EXPECT_EQ(Contents(*r.Get("prod").value()->Snapshot()), v2_docs);
     ASSERT_THAT(r.DeleteAlias("prod"), IsOk());
@@ -544,7 +640,8 @@ TEST_F(StorageTest, AliasesSwitchAtomicallyPersistAndGuardTheirCorpus) {
     EXPECT_THAT(r.Drop("v2"), IsOk());
     ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());
   }
-  // A damaged alias file: the corpora still load, the aliases do not.
+  // A damaged alias file: the corpora still load; the aliases come from
+  // ALIASES.prev, the state before the last change (none).
   const std::string path = tmp.path() + "/ALIASES";
   std::string bytes = ReadWholeFile(path).value();
   bytes[bytes.size() - 9] ^= 1;
@@ -554,7 +651,8 @@ TEST_F(StorageTest, AliasesSwitchAtomicallyPersistAndGuardTheirCorpus) {
   ASSERT_THAT(report, IsOk());
   EXPECT_THAT(report->aliases,
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("ALIASES")));
-  EXPECT_TRUE(r.Aliases().empty());
+  EXPECT_THAT(report->aliases_backup, IsOk());
+  EXPECT_TRUE(r.Aliases().value().empty());
   EXPECT_EQ(Contents(*r.Get("v1").value()->Snapshot()), v1_docs);
 }
 
@@ -604,6 +702,354 @@ TEST_F(StorageTest, SnapshotAndLoadCopyACorpusAsOfTheSnapshot) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("seg-1.msd")));
   EXPECT_THAT(r.Get("broken"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_FALSE(Exists(tmp.path() + "/data/corpora/broken"));
+}
+
+// The attack of a file copied whole from corpus e over the file of the
+// same name in corpus f: its own checksums hold, and f's manifest names a
+// file of that name with that many documents. f is not served (DATA_LOSS
+// naming the file and both corpus ids); e is untouched.
+TEST_F(StorageTest, AFileCopiedFromAnotherCorpusIsDataLossNamingIt) {
+  for (const char* file : {"seg-1.msd", "tomb-2.msd"}) {
+    SCOPED_TRACE(file);
+    TempDir tmp;
+    std::vector<std::pair<std::string, std::string>> e_docs;
+    {
+      CorpusRegistry r(backend_.get(), limits_, tmp.path());
+      ASSERT_THAT(r.LoadAll(), IsOk());
+      for (const char* name : {"e", "f"}) {
+        config_.name = name;
+        auto c = r.Create(config_);
+        ASSERT_THAT(c, IsOk());
+        // The same ids and counts, other tokens: alike file for file.
+        ASSERT_THAT((*c)->Append(Docs("d", 4, name[0] == 'e' ? 0.f : 1.f)),
+                    IsOk());
+        ASSERT_THAT((*c)->Delete({name[0] == 'e' ? "d1" : "d2"}, false),
+                    IsOk());
+      }
+      e_docs = Contents(*r.Get("e").value()->Snapshot());
+    }
+    const std::string e = tmp.path() + "/corpora/e";
+    const std::string f = tmp.path() + "/corpora/f";
+    const std::string e_id = ManifestOf(e).corpus_id;
+    const std::string f_id = ManifestOf(f).corpus_id;
+    ASSERT_EQ(e_id.size(), 32u);
+    ASSERT_EQ(f_id.size(), 32u);
+    ASSERT_NE(e_id, f_id);
+    ASSERT_TRUE(Exists(f + "/" + file));
+    CopyFile(e + "/" + file, f + "/" + file);
+
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    EXPECT_THAT(
+        r.Get("f"),
+        StatusIs(absl::StatusCode::kDataLoss,
+                 ::testing::AllOf(HasSubstr(f + "/" + file),
+                                  HasSubstr("carries corpus id " + e_id),
+                                  HasSubstr("is of corpus id " + f_id))));
+    EXPECT_EQ(Contents(*r.Get("e").value()->Snapshot()), e_docs);
+  }
+}
+
+// A snapshot and a load each write every file anew, under a fresh id: no
+// file of one fits another.
+TEST_F(StorageTest, SnapshotsAndLoadsGetAFreshCorpusId) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  const std::string snap = tmp.path() + "/snap";
+  {
+    CorpusRegistry r(backend_.get(), limits_, data);
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    auto c = r.Create(config_);
+    ASSERT_THAT(c, IsOk());
+    ASSERT_THAT((*c)->Append(Docs("a", 4)), IsOk());
+    ASSERT_THAT((*c)->Delete({"a1"}, false), IsOk());
+    ASSERT_THAT(r.SnapshotCorpus("c", snap), IsOk());
+    ASSERT_THAT(r.LoadCorpus(snap, "copy"), IsOk());
+  }
+  const std::string source_id = ManifestOf(data + "/corpora/c").corpus_id;
+  const std::string snap_id = ManifestOf(snap).corpus_id;
+  const std::string copy_id = ManifestOf(data + "/corpora/copy").corpus_id;
+  EXPECT_EQ(snap_id.size(), 32u);
+  EXPECT_EQ(copy_id.size(), 32u);
+  EXPECT_NE(snap_id, source_id);
+  EXPECT_NE(copy_id, source_id);
+  EXPECT_NE(copy_id, snap_id);
+  // Every file of the snapshot carries its id (Read checks them all).
+  StoredCorpus contents;
+  EXPECT_THAT(CorpusStore::Read(snap, &contents), IsOk());
+  // The snapshot's segment over the source's own: refused.
+  CopyFile(snap + "/seg-1.msd", data + "/corpora/c/seg-1.msd");
+  CorpusRegistry r(backend_.get(), limits_, data);
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  EXPECT_THAT(r.Get("c"), StatusIs(absl::StatusCode::kDataLoss,
+                                   HasSubstr("carries corpus id " + snap_id)));
+  EXPECT_THAT(r.Get("copy"), IsOk());
+}
+
+TEST_F(StorageTest, MaxCorporaRefusesCreateAndLoadCountingFailedCorpora) {
+  TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  const std::string snap = tmp.path() + "/snap";
+  limits_.max_corpora = 2;
+  {
+    CorpusRegistry r(backend_.get(), limits_, data);
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    for (const char* name : {"a", "b"}) {
+      config_.name = name;
+      auto c = r.Create(config_);
+      ASSERT_THAT(c, IsOk());
+      ASSERT_THAT((*c)->Append(Docs(name, 2)), IsOk());
+    }
+    config_.name = "c";
+    EXPECT_THAT(r.Create(config_),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         ::testing::AllOf(HasSubstr("\"c\""),
+                                          HasSubstr("holds 2 corpora"),
+                                          HasSubstr("--max_corpora is 2"))));
+    ASSERT_THAT(r.SnapshotCorpus("a", snap), IsOk());
+    EXPECT_THAT(r.LoadCorpus(snap, "c"),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("--max_corpora is 2")));
+    // Nothing of the refused ones on disk.
+    EXPECT_EQ(ListFiles(data + "/corpora").value().size(), 2u);
+    EXPECT_EQ(r.NumCorpora(), 2);
+    // A taken name is still ALREADY_EXISTS.
+    config_.name = "a";
+    EXPECT_THAT(r.Create(config_), StatusIs(absl::StatusCode::kAlreadyExists));
+    ASSERT_THAT(r.Drop("b"), IsOk());
+    ASSERT_THAT(r.LoadCorpus(snap, "c"), IsOk());
+  }
+  // a damaged, and a restart with a limit of 1: both are loaded, and the
+  // one that failed to load holds its name and counts.
+  const std::string seg = data + "/corpora/a/seg-1.msd";
+  std::string bytes = ReadWholeFile(seg).value();
+  bytes[bytes.size() / 2] ^= 1;
+  ASSERT_THAT(WriteFileDurably(seg, bytes), IsOk());
+  limits_.max_corpora = 1;
+  CorpusRegistry r(backend_.get(), limits_, data);
+  auto report = r.LoadAll();
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->corpora.size(), 2u);
+  EXPECT_THAT(r.Get("a"), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(r.Get("c"), IsOk());
+  EXPECT_EQ(r.NumCorpora(), 2);
+  EXPECT_EQ(r.Failed().size(), 1u);
+  config_.name = "d";
+  EXPECT_THAT(r.Create(config_),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("counting those that failed to load")));
+  ASSERT_THAT(r.Drop("a"), IsOk());
+  EXPECT_THAT(r.Create(config_), StatusIs(absl::StatusCode::kResourceExhausted,
+                                          HasSubstr("holds 1 corpora")));
+  ASSERT_THAT(r.Drop("c"), IsOk());
+  EXPECT_THAT(r.Create(config_), IsOk());
+  // In memory alike.
+  CorpusRegistry memory(backend_.get(), limits_);
+  EXPECT_THAT(memory.Create(config_), IsOk());
+  config_.name = "e";
+  EXPECT_THAT(memory.Create(config_),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// ALIASES.prev holds the aliases as they were before the last change. A
+// damaged ALIASES falls back to it (without its aliases that no longer
+// fit the corpora), and the next change writes both files anew.
+TEST_F(StorageTest, ADamagedAliasFileFallsBackToThePreviousOne) {
+  TempDir tmp;
+  const std::string path = tmp.path() + "/ALIASES";
+  const std::string backup = tmp.path() + "/ALIASES.prev";
+  using Map = std::map<std::string, std::string>;
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    for (const char* name : {"v1", "v2"}) {
+      config_.name = name;
+      ASSERT_THAT(r.Create(config_), IsOk());
+    }
+    ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());
+    ASSERT_THAT(r.SetAlias("x", "v1"), IsOk());
+    ASSERT_THAT(r.SetAlias("prod", "v2"), IsOk());
+    EXPECT_EQ(DecodeAliases(ReadWholeFile(backup).value(), backup).value(),
+              (Map{{"prod", "v1"}, {"x", "v1"}}));
+    ASSERT_THAT(r.DeleteAlias("x"), IsOk());
+    EXPECT_EQ(DecodeAliases(ReadWholeFile(backup).value(), backup).value(),
+              (Map{{"prod", "v2"}, {"x", "v1"}}));
+    config_.name = "x";  // free again, and now a corpus
+    ASSERT_THAT(r.Create(config_), IsOk());
+  }
+  std::string bytes = ReadWholeFile(path).value();
+  bytes[bytes.size() / 2] ^= 1;
+  ASSERT_THAT(WriteFileDurably(path, bytes), IsOk());
+  // Left by commits cut short: removed.
+  ASSERT_THAT(WriteFileDurably(path + ".tmp", "x"), IsOk());
+  ASSERT_THAT(WriteFileDurably(backup + ".tmp", "x"), IsOk());
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    auto report = r.LoadAll();
+    ASSERT_THAT(report, IsOk());
+    EXPECT_THAT(report->aliases,
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path)));
+    EXPECT_THAT(report->aliases_backup, IsOk());
+    EXPECT_EQ(report->aliases_dropped, std::vector<std::string>{"x"});
+    EXPECT_EQ(r.alias_state(), CorpusRegistry::AliasState::kFromBackup);
+    EXPECT_EQ(r.Aliases().value(), (Map{{"prod", "v2"}}));
+    EXPECT_EQ(r.Get("prod").value()->config().name, "v2");
+    EXPECT_EQ(r.Get("x").value()->config().name, "x");
+    EXPECT_FALSE(Exists(path + ".tmp"));
+    EXPECT_FALSE(Exists(backup + ".tmp"));
+    // The next change rewrites both files.
+    ASSERT_THAT(r.SetAlias("dev", "v1"), IsOk());
+    EXPECT_EQ(r.alias_state(), CorpusRegistry::AliasState::kSound);
+  }
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  auto report = r.LoadAll();
+  ASSERT_THAT(report, IsOk());
+  EXPECT_THAT(report->aliases, IsOk());
+  EXPECT_EQ(r.alias_state(), CorpusRegistry::AliasState::kSound);
+  EXPECT_EQ(r.Aliases().value(), (Map{{"dev", "v1"}, {"prod", "v2"}}));
+}
+
+// With ALIASES damaged and ALIASES.prev missing (written by a build
+// before it) or damaged too, the alias map is unknown: every call that
+// needs it is DATA_LOSS naming the files, corpora still serve by name,
+// and the files stay as they are until an operator repairs them and
+// restarts the server.
+TEST_F(StorageTest, WithBothAliasFilesUnusableAliasCallsAreDataLoss) {
+  for (bool backup_missing : {true, false}) {
+    SCOPED_TRACE(backup_missing ? "ALIASES.prev missing"
+                                : "ALIASES.prev damaged");
+    TempDir tmp;
+    const std::string path = tmp.path() + "/ALIASES";
+    const std::string backup = tmp.path() + "/ALIASES.prev";
+    {
+      CorpusRegistry r(backend_.get(), limits_, tmp.path());
+      ASSERT_THAT(r.LoadAll(), IsOk());
+      config_.name = "v1";
+      ASSERT_THAT(r.Create(config_), IsOk());
+      ASSERT_THAT(r.SetAlias("prod", "v1"), IsOk());
+      ASSERT_THAT(r.SetAlias("dev", "v1"), IsOk());
+    }
+    std::string bytes = ReadWholeFile(path).value();
+    bytes[bytes.size() - 9] ^= 1;
+    ASSERT_THAT(WriteFileDurably(path, bytes), IsOk());
+    if (backup_missing) {
+      ASSERT_EQ(unlink(backup.c_str()), 0);
+    } else {
+      const std::string prev = ReadWholeFile(backup).value();
+      ASSERT_THAT(WriteFileDurably(backup, prev.substr(0, prev.size() - 1)),
+                  IsOk());
+    }
+    const std::string backup_bytes =
+        backup_missing ? "" : ReadWholeFile(backup).value();
+    {
+      CorpusRegistry r(backend_.get(), limits_, tmp.path());
+      auto report = r.LoadAll();
+      ASSERT_THAT(report, IsOk());
+      EXPECT_THAT(report->aliases,
+                  StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path)));
+      EXPECT_THAT(report->aliases_backup,
+                  StatusIs(absl::StatusCode::kDataLoss, HasSubstr(backup)));
+      EXPECT_EQ(r.alias_state(), CorpusRegistry::AliasState::kUnknown);
+      const auto names_both = ::testing::AllOf(
+          HasSubstr(path + ":"), HasSubstr(backup), HasSubstr("restart"));
+      EXPECT_THAT(r.Aliases(),
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      EXPECT_THAT(r.Get("prod"),
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      EXPECT_THAT(r.Get("nope"),  // not NOT_FOUND: it may be a lost alias
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      EXPECT_THAT(r.Get("v1"), IsOk());
+      EXPECT_THAT(r.SetAlias("qa", "v1"),
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      EXPECT_THAT(r.DeleteAlias("prod"),
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      config_.name = "prod";  // may be a lost alias's name
+      EXPECT_THAT(r.Create(config_),
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+      EXPECT_THAT(r.Drop("v1"),  // a lost alias may name it
+                  StatusIs(absl::StatusCode::kDataLoss, names_both));
+    }
+    // Nothing rewritten meanwhile.
+    EXPECT_EQ(ReadWholeFile(path).value(), bytes);
+    EXPECT_EQ(ReadWholeFile(backup).value_or(""), backup_bytes);
+    // The operator's repair: both files removed (or a sound copy put in
+    // place), then a restart.
+    ASSERT_EQ(unlink(path.c_str()), 0);
+    (void)unlink(backup.c_str());
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    auto report = r.LoadAll();
+    ASSERT_THAT(report, IsOk());
+    EXPECT_THAT(report->aliases, IsOk());
+    EXPECT_EQ(r.alias_state(), CorpusRegistry::AliasState::kSound);
+    EXPECT_TRUE(r.Aliases().value().empty());
+    EXPECT_THAT(r.Get("prod"), StatusIs(absl::StatusCode::kNotFound));
+    EXPECT_THAT(r.SetAlias("prod", "v1"), IsOk());
+  }
+}
+
+// What a crash leaves in a data directory is removed at start: a load cut
+// short (its `.partial-*` directory beside the corpora) and the alias
+// files' temporaries.
+TEST_F(StorageTest, LoadAllRemovesWhatACrashLeftInTheDataDirectory) {
+  TempDir tmp;
+  const std::string snap = tmp.path() + "/snap";
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path() + "/data");
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    auto c = r.Create(config_);
+    ASSERT_THAT(c, IsOk());
+    ASSERT_THAT((*c)->Append(Docs("a", 3)), IsOk());
+    ASSERT_THAT(r.SnapshotCorpus("c", snap), IsOk());
+    // A load leaves nothing beside the corpora.
+    ASSERT_THAT(r.LoadCorpus(snap, "copy"), IsOk());
+    EXPECT_EQ(SortedFiles(tmp.path() + "/data/corpora"),
+              (std::vector<std::string>{"c", "copy"}));
+  }
+  // A load killed midway: its whole directory under the hidden name.
+  const std::string partial = tmp.path() + "/data/corpora/.partial-late-7-0";
+  ASSERT_EQ(system(absl::StrCat("cp -r '", snap, "' '", partial, "'").c_str()),
+            0);
+  CorpusRegistry r(backend_.get(), limits_, tmp.path() + "/data");
+  auto report = r.LoadAll();
+  ASSERT_THAT(report, IsOk());
+  EXPECT_EQ(report->corpora.size(), 2u);
+  EXPECT_FALSE(Exists(partial));
+  EXPECT_THAT(r.Get("late"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(StorageTest, RemovePartialSnapshotsRemovesOnlyPartialDirectories) {
+  TempDir tmp;
+  const std::string files = tmp.path() + "/files";
+  const std::string outside = tmp.path() + "/outside";
+  for (const std::string& dir :
+       {files + "/.partial-a-1-0/sub", files + "/nightly/.partial-b-2-3",
+        files + "/nightly/v1", files + "/keep", outside + "/.partial-c-4-5"}) {
+    ASSERT_THAT(MakeDirectories(dir), IsOk());
+  }
+  for (const std::string& file :
+       {files + "/.partial-a-1-0/MANIFEST", files + "/.partial-a-1-0/sub/f",
+        files + "/nightly/.partial-b-2-3/seg-1.msd",
+        files + "/nightly/v1/MANIFEST", files + "/keep/x.npy",
+        files + "/.partial-note", outside + "/.partial-c-4-5/f",
+        outside + "/data"}) {
+    ASSERT_THAT(WriteFileDurably(file, "x"), IsOk());
+  }
+  // Links out of the files directory: never followed, never removed.
+  ASSERT_EQ(symlink(outside.c_str(), (files + "/link").c_str()), 0);
+  ASSERT_EQ(symlink(outside.c_str(), (files + "/.partial-link").c_str()), 0);
+
+  EXPECT_EQ(RemovePartialSnapshots(files).value_or(-1), 2);
+  EXPECT_FALSE(Exists(files + "/.partial-a-1-0"));
+  EXPECT_FALSE(Exists(files + "/nightly/.partial-b-2-3"));
+  for (const std::string& kept :
+       {files + "/nightly/v1/MANIFEST", files + "/keep/x.npy",
+        files + "/.partial-note", outside + "/.partial-c-4-5/f",
+        outside + "/data", files + "/link/data",
+        files + "/.partial-link/data"}) {
+    EXPECT_TRUE(Exists(kept)) << kept;
+  }
+  EXPECT_EQ(RemovePartialSnapshots(files).value_or(-1), 0);
+  EXPECT_FALSE(RemovePartialSnapshots(tmp.path() + "/none").ok());
 }
 
 // Top-10 scan of a fixed query on a snapshot, through the CPU backend.
@@ -905,6 +1351,73 @@ TEST_F(StorageTest, FilesWrittenBeforeTheInt8LayoutLoadAndAreWrittenTheSame) {
   EXPECT_EQ(EncodeManifest(*m), old_manifest);
 }
 
+// A corpus written before corpus ids (format version 1: kOldManifest,
+// and a segment in the bytes that build wrote) loads; its next write gives
+// it an id, and its files from then on carry it. Its own old files stay
+// legal (numbered below legacy_below); an id-less file anywhere else is
+// DATA_LOSS.
+TEST_F(StorageTest, CorpusWrittenBeforeCorpusIdsLoadsAndGetsOneOnItsNextWrite) {
+  TempDir tmp;
+  const std::string old_dir = tmp.path() + "/corpora/old";
+  const std::string new_dir = tmp.path() + "/corpora/new";
+  ASSERT_THAT(MakeDirectories(old_dir), IsOk());
+  ASSERT_THAT(
+      WriteFileDurably(old_dir + "/MANIFEST",
+                       std::string(kOldManifest, sizeof(kOldManifest) - 1)),
+      IsOk());
+  config_.name = "old";
+  config_.dim = 2;
+  config_.storage_dtype = DType::kBFloat16;
+  config_.normalize = true;
+  ASSERT_THAT(
+      WriteFileDurably(old_dir + "/seg-1.msd", EncodeSegmentFile(Docs("o", 2))),
+      IsOk());
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    auto report = r.LoadAll();
+    ASSERT_THAT(report, IsOk());
+    ASSERT_EQ(report->corpora.size(), 1u);
+    EXPECT_THAT(report->corpora[0].second, IsOk());
+    auto old = r.Get("old");
+    ASSERT_THAT(old, IsOk());
+    EXPECT_EQ((*old)->Snapshot()->live_docs(), 2);
+    EXPECT_TRUE(ManifestOf(old_dir).corpus_id.empty());  // only read
+    ASSERT_THAT((*old)->Append(Docs("n", 2)), IsOk());
+    const Manifest m = ManifestOf(old_dir);
+    EXPECT_EQ(m.corpus_id.size(), 32u);
+    EXPECT_EQ(m.legacy_below, 3u);  // kOldManifest's next file number
+    std::string id;
+    ASSERT_THAT(DecodeSegmentFile(ReadWholeFile(old_dir + "/seg-3.msd").value(),
+                                  "seg-3.msd", &id),
+                IsOk());
+    EXPECT_EQ(id, m.corpus_id);
+    config_.name = "new";
+    auto fresh = r.Create(config_);
+    ASSERT_THAT(fresh, IsOk());
+    ASSERT_THAT((*fresh)->Append(Docs("x", 2)), IsOk());
+  }
+  // The old id-less segment copied over a file that must carry an id.
+  CopyFile(old_dir + "/seg-1.msd", new_dir + "/seg-1.msd");
+  {
+    CorpusRegistry r(backend_.get(), limits_, tmp.path());
+    ASSERT_THAT(r.LoadAll(), IsOk());
+    auto old = r.Get("old");
+    ASSERT_THAT(old, IsOk());
+    EXPECT_EQ((*old)->Snapshot()->live_docs(), 4);
+    EXPECT_THAT(r.Get("new"),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         ::testing::AllOf(HasSubstr(new_dir + "/seg-1.msd"),
+                                          HasSubstr("carries no corpus id"))));
+  }
+  CopyFile(old_dir + "/seg-1.msd", old_dir + "/seg-3.msd");
+  CorpusRegistry r(backend_.get(), limits_, tmp.path());
+  ASSERT_THAT(r.LoadAll(), IsOk());
+  EXPECT_THAT(r.Get("old"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       ::testing::AllOf(HasSubstr(old_dir + "/seg-3.msd"),
+                                        HasSubstr("carries no corpus id"))));
+}
+
 TEST_F(StorageTest, Int8SegmentFileRoundTripsCodesAndScalesBitForBit) {
   config_.layout = Layout::kInt8;
   config_.storage_dtype = DType::kInt8;
@@ -1099,13 +1612,6 @@ class StorageFaultTest : public StorageTest {
   }
 };
 
-std::vector<std::string> SortedFiles(const std::string& dir) {
-  std::vector<std::string> names =
-      ListFiles(dir).value_or(std::vector<std::string>{});
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 constexpr const char* kStoragePoints[] = {
     fault::kStorageWrite, fault::kStorageFsync, fault::kStorageRename};
 
@@ -1263,10 +1769,12 @@ TEST_F(StorageFaultTest, FullDiskWhileSwitchingAnAliasKeepsTheOldTarget) {
         break;
       }
       EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
-      EXPECT_EQ(r.Aliases(), before);
+      EXPECT_EQ(r.Aliases().value(), before);
       CorpusRegistry reloaded(backend_.get(), limits_, tmp.path());
-      ASSERT_THAT(reloaded.LoadAll(), IsOk());
-      EXPECT_EQ(reloaded.Aliases(), before);
+      auto report = reloaded.LoadAll();
+      ASSERT_THAT(report, IsOk());
+      EXPECT_THAT(report->aliases, IsOk());
+      EXPECT_EQ(reloaded.Aliases().value(), before);
     }
   }
 }

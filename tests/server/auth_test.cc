@@ -1,10 +1,13 @@
-// server/auth.cc: the constant-time compare, token files, TLS files and the
-// rules of Authenticator, then a server in-process over loopback sockets:
-// refused Admin calls change nothing, every Admin method is covered, queries
-// are open unless --query_auth says otherwise, health and reflection stay
-// open, tokens never reach the log, and TLS and mutual TLS with certificates
-// made by `openssl` at test time (test_certs.h).
+// server/auth.cc: the constant-time compare, token files, TLS files, the
+// modes of secret files, and the rules of Authenticator, then a server
+// in-process over loopback sockets: refused Admin calls change nothing, every
+// Admin method is covered, queries are open unless --query_auth says otherwise,
+// health and reflection stay open, tokens never reach the log, and TLS and
+// mutual TLS with certificates made by `openssl` at test time (test_certs.h).
 #include "server/auth.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -59,16 +62,39 @@ class TempDir {
     std::error_code ignored;
     if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
   }
-  // Writes `text` to `name` in the directory and returns its path.
-  std::string Write(const std::string& name, const std::string& text) const {
+  // Writes `text` to `name` in the directory with `mode` (private by
+  // default, as the server wants token files) and returns its path.
+  std::string Write(const std::string& name, const std::string& text,
+                    mode_t mode = 0600) const {
     const std::string path = absl::StrCat(path_, "/", name);
     EXPECT_TRUE(WriteTestFile(path, text)) << path;
+    EXPECT_EQ(::chmod(path.c_str(), mode), 0) << path;
     return path;
   }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
+};
+
+// Installs a default logger that writes spdlog's text lines to a string at
+// `level`; restores the previous one on exit.
+class CapturedLog {
+ public:
+  explicit CapturedLog(spdlog::level::level_enum level)
+      : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto logger = std::make_shared<spdlog::logger>("maxsimd", sink);
+    logger->set_formatter(MakeLogFormatter(LogFormat::kText));
+    logger->set_level(level);
+    spdlog::set_default_logger(logger);
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::string Text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
 };
 
 // ---------------------------------------------------------------------------
@@ -115,7 +141,7 @@ TEST(ReadTokenFileTest, ReadsEveryTokenSkippingCommentsAndBlankLines) {
       dir.Write("tokens", absl::StrCat("# rotation: new first\n\n  ",
                                        kRotatedToken, "  \r\n", kAdminToken));
   absl::StatusOr<std::vector<std::string>> tokens =
-      ReadTokenFile(path, "admin_token_file");
+      ReadTokenFile(path, "admin_token_file", false);
   MAXSIMD_ASSERT_OK(tokens);
   EXPECT_EQ(*tokens, (std::vector<std::string>{kRotatedToken, kAdminToken}));
 }
@@ -123,19 +149,19 @@ TEST(ReadTokenFileTest, ReadsEveryTokenSkippingCommentsAndBlankLines) {
 TEST(ReadTokenFileTest, UnreadableOrEmptyFilesNameTheFlagAndThePath) {
   TempDir dir;
   const std::string missing = dir.path() + "/missing";
-  EXPECT_THAT(ReadTokenFile(missing, "admin_token_file"),
+  EXPECT_THAT(ReadTokenFile(missing, "admin_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("--admin_token_file"),
                              HasSubstr(missing), HasSubstr("No such file"))));
   EXPECT_THAT(
-      ReadTokenFile(dir.Write("empty", ""), "query_token_file"),
+      ReadTokenFile(dir.Write("empty", ""), "query_token_file", false),
       StatusIs(absl::StatusCode::kInvalidArgument,
                AllOf(HasSubstr("--query_token_file"), HasSubstr("empty"))));
   EXPECT_THAT(ReadTokenFile(dir.Write("comments", "# none yet\n\n"),
-                            "admin_token_file"),
+                            "admin_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("holds no token")));
-  EXPECT_THAT(ReadTokenFile(dir.path(), "admin_token_file"),
+  EXPECT_THAT(ReadTokenFile(dir.path(), "admin_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--admin_token_file")));
 }
@@ -145,14 +171,133 @@ TEST(ReadTokenFileTest, BadTokensNameTheLineButNotTheToken) {
   const std::string short_token = "short-secret";
   EXPECT_THAT(ReadTokenFile(dir.Write("short", absl::StrCat(kAdminToken, "\n",
                                                             short_token, "\n")),
-                            "admin_token_file"),
+                            "admin_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("line 2"), HasSubstr("16 to 4096"),
                              Not(HasSubstr(short_token)))));
   const std::string spaced = "a token with spaces in it";
-  EXPECT_THAT(ReadTokenFile(dir.Write("spaced", spaced), "admin_token_file"),
+  EXPECT_THAT(
+      ReadTokenFile(dir.Write("spaced", spaced), "admin_token_file", false),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("line 1"), Not(HasSubstr(spaced)))));
+}
+
+// ---------------------------------------------------------------------------
+// Secret files: judged by their mode bits, never by trying to read them, so
+// that the tests hold when run as root (who reads any file).
+
+// Modes that grant group or others some access, each refused.
+constexpr mode_t kOpenModes[] = {0644, 0666, 0604, 0640, 0620, 0602, 0660};
+
+std::string Octal(mode_t mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode));
+  return buf;
+}
+
+TEST(SecretFileModeTest, OpenModesAreRefusedNamingFlagFileModeAndFixes) {
+  TempDir dir;
+  for (mode_t mode : kOpenModes) {
+    const std::string path =
+        dir.Write(absl::StrCat("tokens-", Octal(mode)), kAdminToken, mode);
+    const auto expected =
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 AllOf(HasSubstr("--admin_token_file"), HasSubstr(path),
+                       HasSubstr(absl::StrCat("mode ", Octal(mode))),
+                       HasSubstr("chmod 600"),
+                       HasSubstr("--allow_readable_secret_files"),
+                       Not(HasSubstr("symlink")), Not(HasSubstr(kAdminToken))));
+    EXPECT_THAT(CheckSecretFileMode(path, "admin_token_file", false), expected);
+    EXPECT_THAT(ReadTokenFile(path, "admin_token_file", false), expected);
+  }
+}
+
+TEST(SecretFileModeTest, ASymlinkIsJudgedByItsTarget) {
+  TempDir dir;
+  const std::string open_target = dir.Write("open-target", kAdminToken, 0644);
+  const std::string open_link = dir.path() + "/open-link";
+  ASSERT_EQ(::symlink(open_target.c_str(), open_link.c_str()), 0);
+  const auto refused = StatusIs(
+      absl::StatusCode::kFailedPrecondition,
+      AllOf(HasSubstr("--query_token_file"), HasSubstr(open_link),
+            HasSubstr(absl::StrCat("a symlink to \"", open_target, "\"")),
+            HasSubstr("mode 0644")));
+  EXPECT_THAT(CheckSecretFileMode(open_link, "query_token_file", false),
+              refused);
+  EXPECT_THAT(ReadTokenFile(open_link, "query_token_file", false), refused);
+  // The link's own mode (0777 on Linux) does not count: a link to a
+  // private file is fine.
+  const std::string private_target =
+      dir.Write("private-target", kAdminToken, 0600);
+  const std::string private_link = dir.path() + "/private-link";
+  ASSERT_EQ(::symlink(private_target.c_str(), private_link.c_str()), 0);
+  MAXSIMD_EXPECT_OK(
+      CheckSecretFileMode(private_link, "query_token_file", false));
+  MAXSIMD_EXPECT_OK(ReadTokenFile(private_link, "query_token_file", false));
+  // A link to nothing cannot be read.
+  const std::string dangling = dir.path() + "/dangling";
+  ASSERT_EQ(::symlink((dir.path() + "/none").c_str(), dangling.c_str()), 0);
+  EXPECT_THAT(CheckSecretFileMode(dangling, "query_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("line 1"), Not(HasSubstr(spaced)))));
+                       AllOf(HasSubstr("--query_token_file"),
+                             HasSubstr("No such file"))));
+}
+
+TEST(SecretFileModeTest, OwnerOnlyModesAreAccepted) {
+  TempDir dir;
+  for (mode_t mode : {0600, 0400, 0700}) {
+    const std::string path =
+        dir.Write(absl::StrCat("tokens-", Octal(mode)), kAdminToken, mode);
+    MAXSIMD_EXPECT_OK(CheckSecretFileMode(path, "admin_token_file", false))
+        << Octal(mode);
+    absl::StatusOr<std::vector<std::string>> tokens =
+        ReadTokenFile(path, "admin_token_file", false);
+    MAXSIMD_ASSERT_OK(tokens) << Octal(mode);
+    EXPECT_EQ(*tokens, std::vector<std::string>{kAdminToken});
+  }
+}
+
+TEST(SecretFileModeTest, AllowAcceptsOpenModesWithAWarning) {
+  TempDir dir;
+  for (mode_t mode : kOpenModes) {
+    CapturedLog log(spdlog::level::warn);
+    const std::string path =
+        dir.Write(absl::StrCat("tokens-", Octal(mode)), kAdminToken, mode);
+    MAXSIMD_EXPECT_OK(CheckSecretFileMode(path, "admin_token_file", true));
+    absl::StatusOr<std::vector<std::string>> tokens =
+        ReadTokenFile(path, "admin_token_file", true);
+    MAXSIMD_ASSERT_OK(tokens);
+    EXPECT_EQ(*tokens, std::vector<std::string>{kAdminToken});
+    const std::string text = log.Text();
+    EXPECT_THAT(text, AllOf(HasSubstr("[warn] --admin_token_file"),
+                            HasSubstr(path), HasSubstr("mode " + Octal(mode)),
+                            HasSubstr("--allow_readable_secret_files"),
+                            Not(HasSubstr(kAdminToken))));
+  }
+}
+
+TEST(SecretFileModeTest, AuthenticatorRefusesOpenTokenFilesUnlessAllowed) {
+  TempDir dir;
+  AuthOptions admin;
+  admin.admin_token_file = dir.Write("admin", kAdminToken, 0644);
+  EXPECT_THAT(Authenticator::Create(admin, false),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("--admin_token_file"),
+                             HasSubstr(admin.admin_token_file))));
+  admin.allow_readable_secrets = true;
+  MAXSIMD_EXPECT_OK(Authenticator::Create(admin, false));
+
+  AuthOptions query;
+  query.admin_tokens = {kAdminToken};
+  query.query_auth = QueryAuth::kToken;
+  query.query_token_file = dir.Write("query", kQueryToken, 0640);
+  EXPECT_THAT(Authenticator::Create(query, false),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("--query_token_file"),
+                             HasSubstr(query.query_token_file),
+                             HasSubstr("mode 0640"))));
+  query.allow_readable_secrets = true;
+  MAXSIMD_EXPECT_OK(Authenticator::Create(query, false));
 }
 
 // ---------------------------------------------------------------------------
@@ -171,6 +316,35 @@ TEST_F(MakeServerCredentialsTest, GoodFilesMakeTlsAndMutualTls) {
   tls.key_file = certs_->server_key;
   MAXSIMD_EXPECT_OK(MakeServerCredentials(tls));
   tls.client_ca_file = certs_->ca_cert;
+  MAXSIMD_EXPECT_OK(MakeServerCredentials(tls));
+}
+
+TEST_F(MakeServerCredentialsTest, OpenKeyFileIsRefusedUnlessAllowed) {
+  TempDir dir;
+  const std::string key = ReadTestFile(certs_->server_key);
+  ASSERT_FALSE(key.empty());
+  TlsOptions tls;
+  tls.cert_file = certs_->server_cert;  // 0644, and that is fine
+  for (mode_t mode : {0644, 0640, 0604}) {
+    tls.key_file = dir.Write(absl::StrCat("key-", Octal(mode)), key, mode);
+    tls.allow_readable_secrets = false;
+    EXPECT_THAT(MakeServerCredentials(tls),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("--tls_key"), HasSubstr(tls.key_file),
+                               HasSubstr("mode " + Octal(mode)))));
+    tls.allow_readable_secrets = true;
+    MAXSIMD_EXPECT_OK(MakeServerCredentials(tls));
+  }
+  // A symlink to an open key is refused too, and one to a private key not.
+  const std::string link = dir.path() + "/key-link";
+  ASSERT_EQ(::symlink(dir.Write("open-key", key, 0644).c_str(), link.c_str()),
+            0);
+  tls.key_file = link;
+  tls.allow_readable_secrets = false;
+  EXPECT_THAT(MakeServerCredentials(tls),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("--tls_key"), HasSubstr("symlink"))));
+  tls.key_file = dir.Write("private-key", key, 0400);
   MAXSIMD_EXPECT_OK(MakeServerCredentials(tls));
 }
 
@@ -405,26 +579,6 @@ TEST(AuthenticatorTest, CreateRefusesInconsistentOptions) {
 // ---------------------------------------------------------------------------
 // A server in-process
 
-// Installs a default logger that writes spdlog's text lines to a string at
-// `level`; restores the previous one on exit.
-class CapturedLog {
- public:
-  explicit CapturedLog(spdlog::level::level_enum level)
-      : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("maxsimd", sink);
-    logger->set_formatter(MakeLogFormatter(LogFormat::kText));
-    logger->set_level(level);
-    spdlog::set_default_logger(logger);
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::string Text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
 ServerOptions BaseOptions() {
   ServerOptions o;
   o.listen = "127.0.0.1:0";
@@ -576,7 +730,9 @@ TEST_F(AuthServerTest, WrongTokenIsUnauthenticatedAndNotPerformed) {
   EXPECT_THAT(wrong->SetAlias("prod", "keep"),
               StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_EQ(LiveDocs(*server_, "keep"), 3);  // still there, unchanged
-  EXPECT_TRUE(server_->corpora()->Aliases().empty());
+  const auto aliases = server_->corpora()->Aliases();
+  MAXSIMD_ASSERT_OK(aliases);
+  EXPECT_TRUE(aliases->empty());
   MAXSIMD_EXPECT_OK(admin_->DropCorpus("keep"));
   EXPECT_EQ(LiveDocs(*server_, "keep"), -1);
 }
@@ -785,6 +941,12 @@ TEST(AuthServerStartTest, BadTokenFileFailsStartNamingTheFlag) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("--admin_token_file"),
                              HasSubstr("no-such-file"))));
+  o = BaseOptions();
+  o.auth.admin_token_file = dir.Write("open", kAdminToken, 0644);
+  EXPECT_THAT(
+      MaxsimServer::Start(o),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("--admin_token_file"), HasSubstr("mode 0644"))));
   o = BaseOptions();
   o.tls.cert_file = dir.path() + "/no-cert.pem";
   o.tls.key_file = dir.path() + "/no-key.pem";

@@ -30,7 +30,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "gtest/gtest.h"
 #include "index/npy.h"
 #include "index/registry.h"
@@ -55,6 +58,12 @@ constexpr int kMessageLimit = 256 << 10;
 constexpr int kDimLimit = 64;
 constexpr int kDocTokensLimit = 16;
 constexpr int kStreamBytesLimit = 32 << 10;
+constexpr int kWriteStreamsLimit = 3;
+constexpr int kCorporaLimit = 2;  // "c" and "p"
+constexpr int kWriteBytesLimit = 40 << 10;
+// A message that no protobuf parser accepts: field 1 as a length-delimited
+// value that claims 127 bytes and has 2.
+const char kGarbage[] = "\x0a\x7f\x01\x02";
 
 // The corpora every test starts with: "c" (dense, dim 8; doc-39 deleted;
 // alias "prod") and "p" (PLAID, dim 16).
@@ -186,7 +195,11 @@ class BadInputTest : public ::testing::Test {
     o.request_limits.max_batch_queries = kBatchLimit;
     o.corpus_limits.max_dim = kDimLimit;
     o.corpus_limits.max_doc_tokens = kDocTokensLimit;
+    o.corpus_limits.max_corpora = kCorporaLimit;
     o.admin_limits.max_stream_bytes = kStreamBytesLimit;
+    o.admin_limits.max_write_streams = kWriteStreamsLimit;
+    o.admin_limits.max_write_bytes = kWriteBytesLimit;
+    o.admin_limits.write_idle_timeout = absl::Seconds(1);
     o.admin_limits.files_dir = files_.path();
     auto server = MaxsimServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -357,6 +370,44 @@ class BadInputTest : public ::testing::Test {
     ExpectRanking(got["good"], want_scan_, "the stream's good query");
     return grpc::Status(static_cast<grpc::StatusCode>(got["bad"].status_code()),
                         got["bad"].status_message());
+  }
+
+  // ---- Raw calls: messages as bytes, so that a test can send ones that are
+  // not valid protobuf.
+
+  static grpc::ByteBuffer Bytes(const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    return grpc::ByteBuffer(&slice, 1);
+  }
+
+  // A unary call of `method` ("/maxsimd.v1.Admin/CreateCorpus") with
+  // `bytes` as its request.
+  grpc::Status RawUnary(const std::string& method, const std::string& bytes) {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer,
+                                             grpc::ByteBuffer>(
+        channel_.get(),
+        grpc::internal::RpcMethod(method.c_str(),
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &ctx, Bytes(bytes), &response);
+  }
+
+  // AddDocuments with `messages` as they are.
+  grpc::Status RawAddStream(const std::vector<std::string>& messages) {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    const grpc::internal::RpcMethod method(
+        "/maxsimd.v1.Admin/AddDocuments",
+        grpc::internal::RpcMethod::CLIENT_STREAMING);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), method, &ctx, &response));
+    for (const std::string& m : messages) {
+      if (!writer->Write(Bytes(m))) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   // Streams `messages` (ignoring a refused write: the server may end the
@@ -859,6 +910,12 @@ TEST_F(BadInputTest, Rerank) {
          v1::RerankResponse response;
          return Rerank(big, &response);
        }});
+  cases.push_back(
+      {"Rerank",
+       "a message that is not a RerankRequest (not protobuf)",
+       kInvalid,
+       {"Reranker.Rerank: the message is not a valid maxsimd.v1.RerankRequest"},
+       [this] { return RawUnary("/maxsimd.v1.Reranker/Rerank", kGarbage); }});
   Run(cases);
 }
 
@@ -891,6 +948,15 @@ TEST_F(BadInputTest, RerankBatch) {
                      batch.mutable_queries(0)->set_top_k(99);
                      return RerankBatch(batch);
                    }});
+  cases.push_back({"RerankBatch",
+                   "a message that is not a RerankBatchRequest (not protobuf)",
+                   kInvalid,
+                   {"Reranker.RerankBatch: the message is not a valid "
+                    "maxsimd.v1.RerankBatchRequest"},
+                   [this] {
+                     return RawUnary("/maxsimd.v1.Reranker/RerankBatch",
+                                     kGarbage);
+                   }});
   cases.push_back({"RerankBatch", "4 queries of 70 KB each (280 KB)",
                    kExhausted, kMessageLimitWant, [this] {
                      v1::RerankBatchRequest batch;
@@ -919,6 +985,60 @@ TEST_F(BadInputTest, RerankStream) {
                      }
                      return stream->Finish();
                    }});
+  // [good, not protobuf, good]: every request is answered, the bad one
+  // with its own error, and the stream ends OK.
+  cases.push_back(
+      {"RerankStream",
+       "a good request, a message that is not protobuf, a good request",
+       kInvalid,
+       {"RerankStream message 1: the message is not a valid "
+        "maxsimd.v1.RerankRequest"},
+       [this] {
+         grpc::ClientContext ctx;
+         const grpc::internal::RpcMethod method(
+             "/maxsimd.v1.Reranker/RerankStream",
+             grpc::internal::RpcMethod::BIDI_STREAMING);
+         std::unique_ptr<
+             grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+             stream(grpc::internal::ClientReaderWriterFactory<
+                    grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel_.get(),
+                                                                method, &ctx));
+         v1::RerankRequest first = good_scan_, last = good_scan_;
+         first.set_request_id("first");
+         last.set_request_id("last");
+         stream->Write(Bytes(first.SerializeAsString()));
+         stream->Write(Bytes(kGarbage));
+         stream->Write(Bytes(last.SerializeAsString()));
+         stream->WritesDone();
+         std::vector<v1::RerankResponse> got;
+         grpc::ByteBuffer buffer;
+         while (stream->Read(&buffer)) {
+           std::vector<grpc::Slice> slices;
+           EXPECT_TRUE(buffer.Dump(&slices).ok());
+           std::string bytes;
+           for (const grpc::Slice& slice : slices) {
+             bytes.append(reinterpret_cast<const char*>(slice.begin()),
+                          slice.size());
+           }
+           got.emplace_back();
+           EXPECT_TRUE(got.back().ParseFromString(bytes));
+         }
+         EXPECT_TRUE(stream->Finish().ok());
+         std::map<std::string, v1::RerankResponse> by_id;
+         grpc::Status bad(grpc::StatusCode::OK, "no response for message 1");
+         for (const v1::RerankResponse& r : got) {
+           if (r.status_code() != 0) {
+             bad = grpc::Status(static_cast<grpc::StatusCode>(r.status_code()),
+                                r.status_message());
+           } else {
+             by_id[r.request_id()] = r;
+           }
+         }
+         EXPECT_EQ(got.size(), 3u);
+         ExpectRanking(by_id["first"], want_scan_, "the first good request");
+         ExpectRanking(by_id["last"], want_scan_, "the last good request");
+         return bad;
+       }});
   Run(cases);
 }
 
@@ -946,6 +1066,11 @@ TEST_F(BadInputTest, CreateCorpus) {
   const std::string rpc = "CreateCorpus";
   Run({
       {rpc, "empty name", kInvalid, {name_rule, "got \"\""}, create("", 8)},
+      {rpc,
+       "a 3rd corpus, past --max_corpora (2)",
+       kExhausted,
+       {"the server holds 2 corpora", "--max_corpora is 2"},
+       create("third", 8)},
       {rpc,
        "name of 129 characters",
        kInvalid,
@@ -1127,6 +1252,12 @@ TEST_F(BadInputTest, AddDocuments) {
     for (int d = 0; d < 48; ++d) m.set_ids(d, absl::StrCat("big-", i, "-", d));
     over.push_back(std::move(m));
   }
+  // 768 rows of 16 bytes (12 KiB) and 48 ids, `tag` in their names.
+  auto rows768 = [](const std::string& tag) {
+    v1::AddDocumentsRequest m = NewDocs(48, 16);
+    for (int d = 0; d < 48; ++d) m.set_ids(d, absl::StrCat(tag, "-", d));
+    return m;
+  };
   v1::AddDocumentsRequest huge = NewDocs(1);
   huge.set_ids(0, "huge");
   huge.mutable_tokens()->mutable_data()->append(300 << 10, '\0');
@@ -1416,6 +1547,78 @@ TEST_F(BadInputTest, AddDocuments) {
          writer->Write(NewDocs(1));
          ctx.TryCancel();
          return writer->Finish();
+       }},
+      {rpc,
+       "a good message, then one that is not protobuf",
+       kInvalid,
+       {"AddDocuments message 1: the message is not a valid "
+        "maxsimd.v1.AddDocumentsRequest"},
+       [this] {
+         return RawAddStream({NewDocs(1).SerializeAsString(), kGarbage});
+       }},
+      {rpc,
+       "a 4th stream while 3 are open, over --max_write_streams",
+       kExhausted,
+       {"3 AddDocuments streams are open", "--max_write_streams"},
+       [this] {
+         std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+         std::vector<v1::AddDocumentsResponse> responses(kWriteStreamsLimit);
+         std::vector<
+             std::unique_ptr<grpc::ClientWriter<v1::AddDocumentsRequest>>>
+             open;
+         for (int i = 0; i < kWriteStreamsLimit; ++i) {
+           contexts.push_back(std::make_unique<grpc::ClientContext>());
+           open.push_back(
+               admin_->AddDocuments(contexts.back().get(), &responses[i]));
+           open.back()->Write(NewDocs(1));
+         }
+         // The server counts a stream once its call has started.
+         const absl::Time give_up = absl::Now() + absl::Seconds(10);
+         while (server_->admin()->write_streams() < kWriteStreamsLimit &&
+                absl::Now() < give_up) {
+           absl::SleepFor(absl::Milliseconds(5));
+         }
+         const grpc::Status got = AddStream({NewDocs(1)});
+         for (int i = 0; i < kWriteStreamsLimit; ++i) {
+           contexts[i]->TryCancel();
+           EXPECT_FALSE(open[i]->Finish().ok());
+         }
+         return got;
+       }},
+      {rpc,
+       "two streams holding 49 KiB together, over --max_write_bytes",
+       kExhausted,
+       {"AddDocuments message 1", "--max_write_bytes (40960)",
+        "nothing was added"},
+       [this, rows768] {
+         // The first stream holds 2 x 12 KiB, under --max_add_stream_bytes
+         // (32 KiB); the second's second message passes 40 KiB.
+         grpc::ClientContext ctx;
+         v1::AddDocumentsResponse response;
+         auto first = admin_->AddDocuments(&ctx, &response);
+         first->Write(rows768("a0"));
+         first->Write(rows768("a1"));
+         const absl::Time give_up = absl::Now() + absl::Seconds(10);
+         while (server_->admin()->write_bytes() < 2 * 768 * 16 &&
+                absl::Now() < give_up) {
+           absl::SleepFor(absl::Milliseconds(5));
+         }
+         const grpc::Status got = AddStream({rows768("b0"), rows768("b1")});
+         ctx.TryCancel();
+         EXPECT_FALSE(first->Finish().ok());
+         return got;
+       }},
+      {rpc,
+       "a good message, then nothing for 1 s, past --write_idle_timeout",
+       grpc::StatusCode::DEADLINE_EXCEEDED,
+       {"no message for 1s (--write_idle_timeout) after message 1",
+        "nothing was added"},
+       [this] {
+         grpc::ClientContext ctx;
+         v1::AddDocumentsResponse response;
+         auto writer = admin_->AddDocuments(&ctx, &response);
+         writer->Write(NewDocs(1));
+         return writer->Finish();  // without WritesDone: the server ends it
        }},
   });
 }
@@ -1890,6 +2093,51 @@ TEST_F(BadInputTest, ImportDocuments) {
          f->ids = "big_ids.txt";
        }))},
   });
+}
+
+// Every unary Admin method, sent a message that is not protobuf.
+TEST_F(BadInputTest, UnparseableAdminMessages) {
+  const google::protobuf::ServiceDescriptor* admin =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          "maxsimd.v1.Admin");
+  ASSERT_NE(admin, nullptr);
+  std::vector<Case> cases;
+  for (int i = 0; i < admin->method_count(); ++i) {
+    const google::protobuf::MethodDescriptor* m = admin->method(i);
+    if (m->client_streaming() || m->server_streaming()) continue;
+    cases.push_back(
+        {m->name(),
+         absl::StrCat("a message that is not a ", m->input_type()->name(),
+                      " (not protobuf)"),
+         kInvalid,
+         {absl::StrCat("Admin.", m->name(), ": the message is not a valid ",
+                       m->input_type()->full_name())},
+         [this, m] {
+           return RawUnary(absl::StrCat("/maxsimd.v1.Admin/", m->name()),
+                           kGarbage);
+         }});
+  }
+  EXPECT_EQ(cases.size(), 13u);
+  Run(cases);
+}
+
+// plaid.n_full_scores below top_k ranks top_k documents exactly all the
+// same: the request gets top_k results, as the proto says.
+TEST_F(BadInputTest, PlaidFullScoresBelowTopK) {
+  v1::RerankRequest request = good_plaid_;
+  request.set_top_k(12);
+  request.mutable_plaid()->set_n_full_scores(3);
+  v1::RerankResponse response;
+  ASSERT_TRUE(Rerank(request, &response).ok());
+  EXPECT_EQ(response.results_size(), 12);
+  std::set<std::string> ids;
+  for (int i = 0; i < response.results_size(); ++i) {
+    ids.insert(response.results(i).id());
+    if (i > 0) {
+      EXPECT_GE(response.results(i - 1).score(), response.results(i).score());
+    }
+  }
+  EXPECT_EQ(ids.size(), 12u);
 }
 
 TEST_F(BadInputTest, SetLogLevel) {

@@ -1,8 +1,10 @@
 // The log formats (every JSON line parses back to the message logged, with
-// the request id of its scope), level and format names, and LogCall's
-// levels and rate limit.
+// the request id of its scope; every text line is one line whatever the
+// values hold), level and format names, and LogCall's levels and rate
+// limit.
 #include "server/logging.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <regex>
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -24,6 +27,7 @@ namespace {
 using ::maxsimd::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Parses one JSON object; fails the test when it does not parse.
 google::protobuf::Struct ParseJson(const std::string& line) {
@@ -61,6 +65,112 @@ class CapturedLog {
   std::ostringstream out_;
   std::shared_ptr<spdlog::logger> previous_;
 };
+
+// The default logger as main() sets it up: ConfigureLogging(format) over a
+// logger whose one sink writes to a string; restores the previous default
+// logger on exit.
+class ConfiguredLog {
+ public:
+  explicit ConfiguredLog(LogFormat format)
+      : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("captured", sink));
+    ConfigureLogging(format);
+    spdlog::default_logger()->set_level(spdlog::level::info);
+  }
+  ~ConfiguredLog() { spdlog::set_default_logger(previous_); }
+  std::string Text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A value that tries to end its line and forge one of its own.
+constexpr char kForgery[] = "docs\n2026-01-01 [error] forged";
+
+TEST(LogInjectionTest, TextLineWithANewlineInAValueStaysOneLine) {
+  ConfiguredLog log(LogFormat::kText);
+  spdlog::info("corpus \"{}\" not found", kForgery);
+  const std::string text = log.Text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_THAT(text, ::testing::EndsWith(
+                        "] [info] corpus \"docs\\n2026-01-01 [error] forged\" "
+                        "not found\n"))
+      << text;
+  EXPECT_THAT(text, Not(HasSubstr("\n2026-01-01")));
+}
+
+TEST(LogInjectionTest, TextEscapesControlsBackslashesAndBadUtf8) {
+  ConfiguredLog log(LogFormat::kText);
+  // Each piece, then what the line shows for it.
+  const std::pair<std::string, std::string> pieces[] = {
+      {"plain ascii", "plain ascii"},
+      {"cr\r", "cr\\r"},
+      {"tab\t", "tab\\t"},
+      {"lf\n", "lf\\n"},
+      {std::string("nul\0", 4), "nul\\x00"},
+      {"esc\x1b[31m", "esc\\x1b[31m"},  // a terminal colour sequence
+      {"vt\x0b ff\x0c fs\x1c", "vt\\x0b ff\\x0c fs\\x1c"},
+      {"del\x7f", "del\\x7f"},
+      // A literal backslash-n is not confused with an escaped newline.
+      {"back\\n", "back\\\\n"},
+      // C1 NEL, line separator, right-to-left override.
+      {"nel\xc2\x85", "nel\\u0085"},
+      {"ls\xe2\x80\xa8", "ls\\u2028"},
+      {"rlo\xe2\x80\xae", "rlo\\u202e"},
+      // A stray continuation byte, a truncated sequence, an overlong '/',
+      // a byte that never starts UTF-8.
+      {"bad\x80 \xe2\x82 \xc0\xaf \xff",
+       "bad\\x80 \\xe2\\x82 \\xc0\\xaf \\xff"},
+      // Well-formed UTF-8 is copied.
+      {"utf8 \xc3\xa9 \xf0\x9f\x98\x80", "utf8 \xc3\xa9 \xf0\x9f\x98\x80"},
+  };
+  std::string logged, shown;
+  for (const auto& [piece, escaped] : pieces) {
+    logged += piece + "|";
+    shown += escaped + "|";
+  }
+  {
+    ScopedRequestId scope("rid\nforged");
+    spdlog::warn("{}", logged);
+  }
+  const std::string text = log.Text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    EXPECT_TRUE(c >= 0x20 && c != 0x7f) << "raw control byte at " << i;
+  }
+  EXPECT_THAT(text, ::testing::EndsWith(absl::StrCat(
+                        "] [warn] [request_id=rid\\nforged] ", shown, "\n")))
+      << text;
+}
+
+TEST(LogInjectionTest, JsonLineWithANewlineInAValueStaysOneObject) {
+  ConfiguredLog log(LogFormat::kJson);
+  const std::string value = absl::StrCat(
+      kForgery, " nel\xc2\x85 ls\xe2\x80\xa8 ps\xe2\x80\xa9 rlo\xe2\x80\xae");
+  {
+    ScopedRequestId scope("rid\r\nforged");
+    spdlog::info("corpus \"{}\" not found", value);
+  }
+  const std::string text = log.Text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  // Separators that some readers split lines at are escaped too.
+  EXPECT_THAT(text, AllOf(HasSubstr("nel\\u0085"), HasSubstr("ls\\u2028"),
+                          HasSubstr("ps\\u2029"), HasSubstr("rlo\\u202e")));
+  const std::vector<std::string> lines =
+      absl::StrSplit(text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u);
+  const google::protobuf::Struct line = ParseJson(lines[0]);
+  EXPECT_EQ(Field(line, "message"),
+            absl::StrCat("corpus \"", value, "\" not found"));
+  EXPECT_EQ(Field(line, "request_id"), "rid\r\nforged");
+  EXPECT_EQ(Field(line, "logger"), "maxsimd");
+}
 
 TEST(LogFormatTest, JsonLinesParseBackToTheMessage) {
   CapturedLog log(LogFormat::kJson, spdlog::level::trace);

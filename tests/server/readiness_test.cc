@@ -1,12 +1,22 @@
-// Readiness: health stays NOT_SERVING while the configured corpora load,
-// turns SERVING once they are in, and turns NOT_SERVING when the backend
-// reports a sticky failure. Also: the backend's GPU memory reaches /metrics,
-// and the demo corpus flag's parser names what is wrong.
+// Readiness: health stays NOT_SERVING while the configured corpora load
+// (from the first moment the port accepts calls), the data calls answer
+// UNAVAILABLE meanwhile, health turns SERVING once they are in, and turns
+// NOT_SERVING when the backend reports a sticky failure. Also: the
+// backend's GPU memory reaches /metrics, and the demo corpus flag's parser
+// names what is wrong.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -16,7 +26,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "index/registry.h"
+#include "index/synthetic.h"
 #include "kernels/maxsim_cpu.h"
+#include "maxsimd/v1/admin.grpc.pb.h"
+#include "maxsimd/v1/reranker.grpc.pb.h"
 #include "server/server.h"
 #include "tests/support/forwarding_backend.h"
 #include "tests/support/http.h"
@@ -122,6 +135,239 @@ TEST_F(ReadinessTest, NotServingUntilTheDemoCorporaAreLoaded) {
   EXPECT_EQ(Health(), HealthStatus::SERVING);
   EXPECT_EQ((*server)->corpora()->Get("demo").value()->Snapshot()->live_docs(),
             50);
+}
+
+// A fresh directory, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "maxsimd-readiness-XXXXXX")
+            .string();
+    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A free port below the kernel's ephemeral range: a client that connects
+// while nothing listens there can never be given it as its own port (a TCP
+// self-connection would then hold the port the server is about to bind).
+int PortBelowEphemeralRange() {
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  for (int port = low - 1; port > 1024 && port > low - 2000; --port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool free =
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (free) return port;
+  }
+  return FreePort();
+}
+
+// Three corpora under a data directory and an alias "prod" of one; while
+// they load again, health reads NOT_SERVING from the first answer on, and
+// every data call is UNAVAILABLE (never NOT_FOUND or an empty list); once
+// loaded, they all serve.
+TEST_F(ReadinessTest, DataCallsAreUnavailableWhileTheDataDirectoryLoads) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  options_.data_dir = dir.path();
+  options_.listen = absl::StrCat("127.0.0.1:", PortBelowEphemeralRange());
+  channel_ =
+      grpc::CreateChannel(options_.listen, grpc::InsecureChannelCredentials());
+  health_ = grpc::health::v1::Health::NewStub(channel_);
+  SyntheticCorpusOptions so;
+  so.num_docs = 20;
+  so.dim = 8;
+  so.min_tokens = 2;
+  so.max_tokens = 4;
+  const SyntheticCorpus synth = GenerateSyntheticCorpus(so);
+  {
+    auto first = MaxsimServer::Start(options_);
+    ASSERT_TRUE(first.ok()) << first.status();
+    backend_.load()->release.Notify();
+    for (const char* name : {"a", "b", "c"}) {
+      CorpusConfig config;
+      config.name = name;
+      config.dim = 8;
+      auto corpus = (*first)->corpora()->Create(config);
+      ASSERT_TRUE(corpus.ok()) << corpus.status();
+      DocumentBuilder builder(config, (*first)->corpora()->limits());
+      std::vector<int32_t> counts;
+      for (int i = 0; i < so.num_docs; ++i) {
+        counts.push_back(static_cast<int32_t>(synth.cu_seqlens[i + 1] -
+                                              synth.cu_seqlens[i]));
+      }
+      ASSERT_TRUE(builder
+                      .Add(synth.ids, counts, synth.tokens.data(),
+                           synth.cu_seqlens.back(), DType::kFloat32, "test")
+                      .ok());
+      ASSERT_TRUE((*corpus)->Append(builder.Take()).ok());
+    }
+    ASSERT_TRUE((*first)->corpora()->SetAlias("prod", "b").ok());
+    (*first)->Shutdown();
+  }
+  backend_.store(nullptr);
+
+  // Many Rerank queues: Start() has more to do after the port opens.
+  options_.rerank_queues = 64;
+  // Health as pollers read it from before the port opens: each answer's
+  // arrival and status. One that arrived before the load was released was
+  // decided before it too.
+  std::atomic<bool> started{false};
+  std::vector<std::vector<std::pair<absl::Time, int>>> polled(4);
+  std::atomic<int> pollers_answered{0};  // pollers with an answer so far
+  std::vector<std::thread> pollers;
+  for (int t = 0; t < 4; ++t) {
+    pollers.emplace_back([&, t] {
+      // Reconnects at once while the port is closed.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 1);
+      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5);
+      auto health = grpc::health::v1::Health::NewStub(grpc::CreateCustomChannel(
+          options_.listen, grpc::InsecureChannelCredentials(), args));
+      while (!started.load()) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(200));
+        HealthStatus resp;
+        if (health->Check(&ctx, {}, &resp).ok()) {
+          polled[t].emplace_back(absl::Now(), resp.status());
+          if (polled[t].size() == 1) ++pollers_answered;
+        }
+      }
+    });
+  }
+  absl::StatusOr<std::unique_ptr<MaxsimServer>> server;
+  std::thread start([&] { server = MaxsimServer::Start(options_); });
+  while (backend_.load() == nullptr) std::this_thread::yield();
+  backend_.load()->uploading.WaitForNotification();
+
+  EXPECT_EQ(Health(), HealthStatus::NOT_SERVING);
+  {
+    grpc::ClientContext ctx;
+    auto watch = health_->Watch(&ctx, {});
+    HealthStatus first;
+    ASSERT_TRUE(watch->Read(&first));
+    EXPECT_EQ(first.status(), HealthStatus::NOT_SERVING);
+    ctx.TryCancel();
+  }
+  auto admin = v1::Admin::NewStub(channel_);
+  auto reranker = v1::Reranker::NewStub(channel_);
+  auto unavailable = [](const grpc::Status& s, const std::string& method) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << method << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(method + ": the server is still loading"));
+  };
+  {
+    grpc::ClientContext ctx;
+    v1::ListCorporaResponse resp;
+    unavailable(admin->ListCorpora(&ctx, {}, &resp), "Admin.ListCorpora");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListAliasesResponse resp;
+    unavailable(admin->ListAliases(&ctx, {}, &resp), "Admin.ListAliases");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetCorpusRequest req;
+    req.set_name("a");
+    v1::CorpusInfo resp;
+    unavailable(admin->GetCorpus(&ctx, req, &resp), "Admin.GetCorpus");
+  }
+  v1::RerankRequest query;
+  query.set_corpus("prod");
+  query.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+  query.mutable_query()->add_shape(1);
+  query.mutable_query()->add_shape(8);
+  query.mutable_query()->set_data(std::string(8 * sizeof(float), '\0'));
+  {
+    grpc::ClientContext ctx;
+    v1::RerankResponse resp;
+    unavailable(reranker->Rerank(&ctx, query, &resp), "Reranker.Rerank");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::RerankBatchRequest req;
+    *req.add_queries() = query;
+    v1::RerankBatchResponse resp;
+    unavailable(reranker->RerankBatch(&ctx, req, &resp),
+                "Reranker.RerankBatch");
+  }
+  {
+    grpc::ClientContext ctx;
+    auto stream = reranker->RerankStream(&ctx);
+    stream->Write(query);
+    stream->WritesDone();
+    v1::RerankResponse resp;
+    while (stream->Read(&resp)) {
+    }
+    unavailable(stream->Finish(), "Reranker.RerankStream");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::AddDocumentsResponse resp;
+    auto writer = admin->AddDocuments(&ctx, &resp);
+    v1::AddDocumentsRequest m;
+    m.set_corpus("a");
+    writer->Write(m);
+    writer->WritesDone();
+    unavailable(writer->Finish(), "Admin.AddDocuments");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetLogLevelResponse resp;
+    EXPECT_TRUE(admin->GetLogLevel(&ctx, {}, &resp).ok());
+  }
+
+  // Every poller has read health while loading (their first answers
+  // aside, those since the port opened have been read too).
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (pollers_answered.load() < 4 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const absl::Time released = absl::Now();
+  backend_.load()->release.Notify();
+  start.join();
+  started = true;
+  for (std::thread& t : pollers) t.join();
+  ASSERT_TRUE(server.ok()) << server.status();
+  int answers = 0, serving_early = 0;
+  for (const auto& answered : polled) {
+    for (const auto& [when, status] : answered) {
+      if (when >= released) continue;
+      ++answers;
+      if (status == HealthStatus::SERVING) ++serving_early;
+    }
+  }
+  EXPECT_GE(answers, 4);
+  EXPECT_EQ(serving_early, 0)
+      << "health read SERVING before the corpora were loaded";
+  EXPECT_EQ(Health(), HealthStatus::SERVING);
+  grpc::ClientContext ctx;
+  v1::ListCorporaResponse corpora;
+  ASSERT_TRUE(admin->ListCorpora(&ctx, {}, &corpora).ok());
+  EXPECT_EQ(corpora.corpora_size(), 3);
+  grpc::ClientContext rerank_ctx;
+  v1::RerankResponse ranked;
+  ASSERT_TRUE(reranker->Rerank(&rerank_ctx, query, &ranked).ok());
+  EXPECT_GT(ranked.results_size(), 0);
 }
 
 // The maxsimd_serving sample of /metrics: "1", "0", or "" when absent.

@@ -3,7 +3,13 @@
 // every bad input with its status code, batch and stream calls, /metrics.
 #include "server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -725,6 +731,84 @@ grpc::Status ScanOnNewChannel(int port, v1::RerankResponse* resp) {
 // grace, still accepts connections and answers calls (what a load balancer
 // sends until its health check has seen NOT_SERVING); only then does the
 // drain close the listener and refuse calls.
+// The gRPC port's connection limits: a socket that never starts its
+// HTTP/2 handshake is closed after --grpc_handshake_timeout, and a
+// connection without calls after --grpc_max_connection_idle.
+TEST(ServerConnectionTest, IdleConnectionsAreClosed) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.backend = BackendChoice::kCpu;
+  o.cpu_threads = 1;
+  o.grpc_handshake_timeout = absl::Milliseconds(300);
+  o.grpc_max_connection_idle = absl::Milliseconds(300);
+  auto server = MaxsimServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  // A raw socket that sends nothing: the server closes it.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const absl::Time opened = absl::Now();
+  char byte;
+  // The server may send its HTTP/2 settings first; read until it closes.
+  ssize_t got = 1;
+  while (got > 0) got = recv(fd, &byte, 1, 0);
+  const absl::Duration open_for = absl::Now() - opened;
+  close(fd);
+  EXPECT_EQ(got, 0) << "recv timed out: the socket was still open after 10 s";
+  EXPECT_LT(open_for, absl::Seconds(5));
+
+  // A channel after one call goes back to IDLE once the server has closed
+  // its connection.
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(health->Check(&ctx, {}, &resp).ok());
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (channel->GetState(false) == GRPC_CHANNEL_READY &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY)
+      << "the idle connection was still open after 10 s";
+}
+
+// Snapshots cut short by a crash (.partial-* under --files_dir) are
+// removed at start; nothing else there is touched.
+TEST(ServerFilesDirTest, UnfinishedSnapshotsAreRemovedAtStart) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    absl::StrCat("maxsimd-files-", getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / ".partial-demo-1-0" / "seg");
+  std::filesystem::create_directories(dir / "nightly" / ".partial-demo-2-1");
+  std::filesystem::create_directories(dir / "snap");
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "";
+  o.backend = BackendChoice::kCpu;
+  o.cpu_threads = 1;
+  o.admin_limits.files_dir = dir.string();
+  auto server = MaxsimServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_FALSE(std::filesystem::exists(dir / ".partial-demo-1-0"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "nightly" / ".partial-demo-2-1"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "nightly"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "snap"));
+  (*server)->Shutdown();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ServerDrainGraceTest, NewCallsAreAnsweredUntilTheGraceEnds) {
   ServerOptions o;
   o.listen = "127.0.0.1:0";
