@@ -1223,10 +1223,39 @@ bool SplitHostPort(absl::string_view target, std::string* host,
   return true;
 }
 
+// The whole of a small file named by `--flag`; INVALID_ARGUMENT naming the
+// flag when it cannot be read or is empty.
+absl::StatusOr<std::string> ReadFlagFile(const std::string& path,
+                                         absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad() || text.empty()) {
+    return UsageError(
+        absl::StrCat("--", flag, ": cannot read '", path, "', or it is empty"));
+  }
+  return text;
+}
+
+// The first token of a token file named by `--flag` (the server's format:
+// one a line, blank lines and '#' comments skipped); INVALID_ARGUMENT naming
+// the flag when there is none. Never prints the token.
+absl::StatusOr<std::string> ReadFirstToken(const std::string& path,
+                                           absl::string_view flag) {
+  MAXSIMD_ASSIGN_OR_RETURN(std::string text, ReadFlagFile(path, flag));
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    return std::string(line);
+  }
+  return UsageError(absl::StrCat("--", flag, ": '", path, "' holds no token"));
+}
+
 // The body of GET http://<address>/metrics; `timeout` bounds the connect
-// and each read.
+// and each read; a non-empty `token` is sent as a bearer token.
 absl::StatusOr<std::string> HttpGetMetrics(const std::string& address,
-                                           absl::Duration timeout) {
+                                           absl::Duration timeout,
+                                           const std::string& token) {
   std::string host, port;
   if (!SplitHostPort(address, &host, &port)) {
     return absl::InvalidArgumentError(
@@ -1258,9 +1287,11 @@ absl::StatusOr<std::string> HttpGetMetrics(const std::string& address,
     return absl::UnavailableError(
         absl::StrCat("cannot connect to the metrics endpoint ", address));
   }
-  const std::string request =
-      absl::StrCat("GET /metrics HTTP/1.0\r\nHost: ", address,
-                   "\r\nAccept: text/plain\r\n", "Connection: close\r\n\r\n");
+  const std::string request = absl::StrCat(
+      "GET /metrics HTTP/1.0\r\nHost: ", address, "\r\nAccept: text/plain\r\n",
+      token.empty() ? ""
+                    : absl::StrCat("Authorization: Bearer ", token, "\r\n"),
+      "Connection: close\r\n\r\n");
   size_t sent = 0;
   while (sent < request.size()) {
     const ssize_t n =
@@ -1726,13 +1757,20 @@ int RunTop(const Globals& g, const Flags& f) {
   if (!iterations.ok()) return PrintError(iterations.status(), kExitUsage);
   if (f.Bool("once")) *iterations = 1;
   const bool ansi = !g.json && *iterations != 1 && isatty(fileno(stdout));
+  std::string token;
+  if (!f.Get("metrics-token-file").empty()) {
+    absl::StatusOr<std::string> read =
+        ReadFirstToken(f.Get("metrics-token-file"), "metrics-token-file");
+    if (!read.ok()) return PrintError(read.status(), kExitUsage);
+    token = *std::move(read);
+  }
 
   std::optional<MetricsView> previous;
   absl::Time previous_time;
   for (int64_t frame = 0; *iterations == 0 || frame < *iterations; ++frame) {
     if (frame > 0) absl::SleepFor(interval);
     absl::StatusOr<std::string> body =
-        HttpGetMetrics(address, g.options.timeout);
+        HttpGetMetrics(address, g.options.timeout, token);
     if (!body.ok()) return PrintError(body.status(), kExitError);
     const absl::Time now = absl::Now();
     MetricsView view = ViewOf(ParsePrometheusText(*body));
@@ -2055,7 +2093,11 @@ const std::vector<CommandDef>& Commands() {
         {"iterations", "N", "frames to print, then exit (0: until killed)", "0",
          false},
         {"once", nullptr, "print one frame and exit (--iterations=1)", nullptr,
-         false}},
+         false},
+        {"metrics-token-file", "FILE",
+         "bearer token for a /metrics under --metrics_token_file (the first "
+         "token of the file)",
+         "", false}},
        RunTop},
       {"generate",
        "write a synthetic clustered corpus and queries (no server needed)",
@@ -2144,20 +2186,6 @@ const FlagDef* FindFlag(const std::vector<FlagDef>& defs,
   return nullptr;
 }
 
-// The whole of a small file named by `--flag`; INVALID_ARGUMENT naming the
-// flag when it cannot be read or is empty.
-absl::StatusOr<std::string> ReadFlagFile(const std::string& path,
-                                         absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
-  if (!in.is_open() || in.bad() || text.empty()) {
-    return UsageError(
-        absl::StrCat("--", flag, ": cannot read '", path, "', or it is empty"));
-  }
-  return text;
-}
-
 // The TLS and token flags into `options`: files are read now, so a bad
 // path is a usage error naming its flag. Never prints the token.
 absl::Status SecurityOptions(const Flags& f, ClientOptions* options) {
@@ -2178,18 +2206,8 @@ absl::Status SecurityOptions(const Flags& f, ClientOptions* options) {
   }
   options->tls_server_name = f.Get("tls-server-name");
   if (f.Has("token-file")) {
-    MAXSIMD_ASSIGN_OR_RETURN(std::string text,
-                             ReadFlagFile(f.Get("token-file"), "token-file"));
-    for (absl::string_view line : absl::StrSplit(text, '\n')) {
-      line = absl::StripAsciiWhitespace(line);
-      if (line.empty() || line[0] == '#') continue;
-      options->token = std::string(line);
-      break;
-    }
-    if (options->token.empty()) {
-      return UsageError(absl::StrCat("--token-file: '", f.Get("token-file"),
-                                     "' holds no token"));
-    }
+    MAXSIMD_ASSIGN_OR_RETURN(options->token,
+                             ReadFirstToken(f.Get("token-file"), "token-file"));
   }
   return absl::OkStatus();
 }

@@ -175,6 +175,7 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       service_->streams_.insert(this);
     }
     absl::MutexLock lock(&mu_);
+    idle_since_ = absl::Now();
     StartReadLocked();
   }
 
@@ -192,9 +193,15 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       StartSendInitialMetadata();
       return;
     }
+    const int64_t rows_before = builder_ ? builder_->num_tokens() : 0;
     const absl::Status status = Consume();
     if (status.ok()) {
       absl::MutexLock lock(&mu_);
+      // Only a message that adds documents resets the idle clock: empty
+      // ones cannot keep a stream (and its --max_write_streams slot) open.
+      if (builder_ && builder_->num_tokens() > rows_before) {
+        idle_since_ = absl::Now();
+      }
       if (!finished_) StartReadLocked();
       return;
     }
@@ -208,16 +215,16 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                     "half-closed it; nothing was added"));
   }
 
-  // Ends the stream with DEADLINE_EXCEEDED when it has waited for a message
-  // since before `idle_since`. Called with the service's streams_mu_ held,
-  // so the reactor is not deleted meanwhile.
-  void TimeOut(absl::Time idle_since) {
+  // Ends the stream with DEADLINE_EXCEEDED when it is waiting for a message
+  // and has added no documents since before `cutoff`. Called with the
+  // service's streams_mu_ held, so the reactor is not deleted meanwhile.
+  void TimeOut(absl::Time cutoff) {
     absl::MutexLock lock(&mu_);
-    if (finished_ || !reading_ || read_since_ > idle_since) return;
+    if (finished_ || !reading_ || idle_since_ > cutoff) return;
     FinishLocked(absl::DeadlineExceededError(absl::StrCat(
-        "AddDocuments: no message for ",
+        "AddDocuments: no documents added for ",
         absl::FormatDuration(service_->limits().write_idle_timeout),
-        " (--write_idle_timeout) after message ", messages_,
+        " (--write_idle_timeout), after message ", messages_,
         "; the stream is closed and nothing was added")));
   }
 
@@ -235,7 +242,6 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // REQUIRES: mu_ held.
   void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     reading_ = true;
-    read_since_ = absl::Now();
     StartRead(&read_buffer_);
   }
 
@@ -333,8 +339,9 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   v1::AddDocumentsRequest request_;
   v1::AddDocumentsResponse response_message_;
   absl::Mutex mu_;
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;   // a read is in flight
-  absl::Time read_since_ ABSL_GUARDED_BY(mu_);  // when it started
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a read is in flight
+  // The stream's start, or the last message that added documents.
+  absl::Time idle_since_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   int64_t held_bytes_ = 0;  // reserved of --max_write_bytes
   int64_t messages_ = 0;
@@ -394,21 +401,25 @@ AdminService::~AdminService() {
 
 void AdminService::EndIdleStreams() {
   // A stream ends between one and 1.25 timeouts (at most a second more)
-  // after its last message.
-  const absl::Duration period =
-      std::min(absl::Seconds(1), limits_.write_idle_timeout / 4);
+  // after the last message that added documents.
+  const absl::Duration period = std::clamp(
+      limits_.write_idle_timeout / 4, absl::Milliseconds(10), absl::Seconds(1));
   while (!stop_.WaitForNotificationWithTimeout(period)) {
-    const absl::Time idle_since = absl::Now() - limits_.write_idle_timeout;
+    const absl::Time cutoff = absl::Now() - limits_.write_idle_timeout;
     absl::MutexLock lock(&streams_mu_);
-    for (AddReactor* stream : streams_) stream->TimeOut(idle_since);
+    for (AddReactor* stream : streams_) stream->TimeOut(cutoff);
   }
 }
 
 absl::Status AdminService::ReserveWriteBytes(int64_t bytes,
                                              absl::string_view where) {
-  const int64_t held = write_bytes_.fetch_add(bytes) + bytes;
-  if (held <= limits_.max_write_bytes) return absl::OkStatus();
-  write_bytes_.fetch_sub(bytes);
+  int64_t held = write_bytes_.load();
+  while (held + bytes <= limits_.max_write_bytes) {
+    if (write_bytes_.compare_exchange_weak(held, held + bytes)) {
+      return absl::OkStatus();
+    }
+  }
+  held += bytes;
   return absl::ResourceExhaustedError(absl::StrCat(
       where, ": its ", bytes,
       " bytes would take the open AddDocuments "

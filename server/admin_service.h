@@ -54,8 +54,8 @@ struct AdminLimits {
   // Most bytes all open AddDocuments streams hold together, converted
   // tokens and ids (--max_write_bytes).
   int64_t max_write_bytes = int64_t{4} << 30;
-  // How long an open AddDocuments stream may wait for its next message
-  // (--write_idle_timeout).
+  // How long an open AddDocuments stream may go without a message that adds
+  // documents (--write_idle_timeout).
   absl::Duration write_idle_timeout = absl::Seconds(30);
   // Root of the server-side paths SnapshotCorpus, LoadCorpus and
   // ImportDocuments take; empty: those calls are refused.

@@ -233,8 +233,9 @@ ABSL_FLAG(int64_t, max_write_bytes, int64_t{4} << 30,
           "hold together; the message that would pass it ends its stream "
           "with RESOURCE_EXHAUSTED and nothing of it is added");
 ABSL_FLAG(absl::Duration, write_idle_timeout, absl::Seconds(30),
-          "An AddDocuments stream that sends no message for this long ends "
-          "with DEADLINE_EXCEEDED and nothing of it is added; inf = never");
+          "An AddDocuments stream that sends no message adding documents "
+          "for this long ends with DEADLINE_EXCEEDED and nothing of it is "
+          "added; at least 100ms, inf = never");
 ABSL_FLAG(absl::Duration, drain_grace, absl::ZeroDuration(),
           "On SIGTERM, how long the server keeps accepting and answering new "
           "calls after health turns NOT_SERVING, before the drain: set it "
@@ -413,12 +414,21 @@ int main(int argc, char** argv) {
   o.admin_limits.max_write_streams = absl::GetFlag(FLAGS_max_write_streams);
   o.admin_limits.max_write_bytes = absl::GetFlag(FLAGS_max_write_bytes);
   o.admin_limits.write_idle_timeout = absl::GetFlag(FLAGS_write_idle_timeout);
-  if (o.admin_limits.max_write_streams < 1 ||
-      o.admin_limits.max_write_bytes < 1 ||
-      o.admin_limits.write_idle_timeout <= absl::ZeroDuration()) {
+  if (o.admin_limits.max_write_streams < 1) {
+    return Fail(absl::StrCat("--max_write_streams is ",
+                             o.admin_limits.max_write_streams,
+                             "; must be at least 1"));
+  }
+  if (o.admin_limits.max_write_bytes < 1) {
+    return Fail(absl::StrCat("--max_write_bytes is ",
+                             o.admin_limits.max_write_bytes,
+                             "; must be at least 1"));
+  }
+  if (o.admin_limits.write_idle_timeout < absl::Milliseconds(100)) {
     return Fail(
-        "--max_write_streams and --max_write_bytes must be at least 1 and "
-        "--write_idle_timeout positive");
+        absl::StrCat("--write_idle_timeout is ",
+                     absl::FormatDuration(o.admin_limits.write_idle_timeout),
+                     "; must be at least 100ms (inf = never)"));
   }
   o.scheduler.max_queued_queries = absl::GetFlag(FLAGS_max_queued_queries);
   o.scheduler.max_queued_bytes = absl::GetFlag(FLAGS_max_queued_bytes);

@@ -75,8 +75,12 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
 grpc::experimental::Interceptor*
 ParseErrorInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  // Unary methods only: the streams and Rerank are served raw.
-  if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY ||
+  // Methods with one request message (unary, and server streaming such as
+  // Health.Watch); the client-streaming and bidi methods of maxsimd, and
+  // Rerank, are served raw.
+  const auto type = info->type();
+  if ((type != grpc::experimental::ServerRpcInfo::Type::UNARY &&
+       type != grpc::experimental::ServerRpcInfo::Type::SERVER_STREAMING) ||
       std::string(info->method()) == "/maxsimd.v1.Reranker/Rerank") {
     return nullptr;
   }

@@ -37,6 +37,7 @@ namespace {
 
 using ::maxsimd::testing::ServerProcess;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kDim = 32;
 // 64 synthetic documents of 16 tokens at dim 32.
@@ -355,6 +356,40 @@ TEST(ObservabilityTest, TopShowsWhatTheMetricsEndpointHolds) {
   std::tie(rc, out) =
       RunCommand(Ctl(*server, "top --once --interval=0s" + metrics + " 2>&1"));
   EXPECT_EQ(rc, 2) << out;
+}
+
+// With --metrics_token_file, /metrics answers 401 without the token, and
+// top sends it from --metrics-token-file.
+TEST(ObservabilityTest, TopSendsTheMetricsToken) {
+  const std::string token_file =
+      (std::filesystem::temp_directory_path() /
+       absl::StrCat("maxsimd-metrics-token-", getpid()))
+          .string();
+  {
+    std::ofstream out(token_file, std::ios::trunc);
+    out << "# scrapers\nmetrics-token-0123456789abcdef\n";
+  }
+  std::filesystem::permissions(
+      token_file,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto started = ServerProcess::Start(
+      {kDemoCorpus, absl::StrCat("--metrics_token_file=", token_file)});
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<ServerProcess> server = *std::move(started);
+  const std::string metrics =
+      absl::StrCat(" --metrics=127.0.0.1:", server->metrics_port());
+  EXPECT_FALSE(
+      ::maxsimd::testing::HttpGet(server->metrics_port(), "/metrics").ok());
+  auto [rc, out] = RunCommand(Ctl(*server, "top --once" + metrics + " 2>&1"));
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("401"));
+  std::tie(rc, out) = RunCommand(
+      Ctl(*server, absl::StrCat("--json top --once", metrics,
+                                " --metrics-token-file=", token_file)));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"version\""));
+  EXPECT_THAT(out, Not(HasSubstr("metrics-token-0123456789abcdef")));
+  std::filesystem::remove(token_file);
 }
 
 }  // namespace

@@ -199,7 +199,9 @@ class BadInputTest : public ::testing::Test {
     o.admin_limits.max_stream_bytes = kStreamBytesLimit;
     o.admin_limits.max_write_streams = kWriteStreamsLimit;
     o.admin_limits.max_write_bytes = kWriteBytesLimit;
-    o.admin_limits.write_idle_timeout = absl::Seconds(1);
+    // Long enough that the cases holding streams open are never ended by
+    // it, on a loaded machine or under sanitizers.
+    o.admin_limits.write_idle_timeout = absl::Seconds(4);
     o.admin_limits.files_dir = files_.path();
     auto server = MaxsimServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -1578,6 +1580,7 @@ TEST_F(BadInputTest, AddDocuments) {
                 absl::Now() < give_up) {
            absl::SleepFor(absl::Milliseconds(5));
          }
+         EXPECT_EQ(server_->admin()->write_streams(), kWriteStreamsLimit);
          const grpc::Status got = AddStream({NewDocs(1)});
          for (int i = 0; i < kWriteStreamsLimit; ++i) {
            contexts[i]->TryCancel();
@@ -1603,15 +1606,16 @@ TEST_F(BadInputTest, AddDocuments) {
                 absl::Now() < give_up) {
            absl::SleepFor(absl::Milliseconds(5));
          }
+         EXPECT_GE(server_->admin()->write_bytes(), 2 * 768 * 16);
          const grpc::Status got = AddStream({rows768("b0"), rows768("b1")});
          ctx.TryCancel();
          EXPECT_FALSE(first->Finish().ok());
          return got;
        }},
       {rpc,
-       "a good message, then nothing for 1 s, past --write_idle_timeout",
+       "a good message, then nothing for 4 s, past --write_idle_timeout",
        grpc::StatusCode::DEADLINE_EXCEEDED,
-       {"no message for 1s (--write_idle_timeout) after message 1",
+       {"no documents added for 4s (--write_idle_timeout), after message 1",
         "nothing was added"},
        [this] {
          grpc::ClientContext ctx;
@@ -2119,6 +2123,34 @@ TEST_F(BadInputTest, UnparseableAdminMessages) {
   }
   EXPECT_EQ(cases.size(), 13u);
   Run(cases);
+}
+
+// Health's methods, sent a message that is not protobuf.
+TEST_F(BadInputTest, UnparseableHealthMessages) {
+  Run({{"Health.Check",
+        "a message that is not a HealthCheckRequest (not protobuf)",
+        kInvalid,
+        {"Health.Check: the message is not a valid "
+         "grpc.health.v1.HealthCheckRequest"},
+        [this] { return RawUnary("/grpc.health.v1.Health/Check", kGarbage); }},
+       {"Health.Watch",
+        "a message that is not a HealthCheckRequest (not protobuf)",
+        kInvalid,
+        {"Health.Watch: the message is not a valid "
+         "grpc.health.v1.HealthCheckRequest"},
+        [this] {
+          grpc::ClientContext ctx;
+          const grpc::internal::RpcMethod method(
+              "/grpc.health.v1.Health/Watch",
+              grpc::internal::RpcMethod::SERVER_STREAMING);
+          std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+              grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+                  channel_.get(), method, &ctx, Bytes(kGarbage)));
+          grpc::ByteBuffer ignored;
+          while (reader->Read(&ignored)) {
+          }
+          return reader->Finish();
+        }}});
 }
 
 // plaid.n_full_scores below top_k ranks top_k documents exactly all the
