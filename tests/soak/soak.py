@@ -16,7 +16,19 @@ segments, so that compaction merges and rewrites segments all the time. For
   RerankBatch and RerankStream (request ids, a window of requests in
   flight), against the corpora (see CORPORA) and the alias;
 - a sampler of the server's resident memory (VmRSS) and of its corpora's
-  token storage (/metrics), about once a second.
+  token storage (/metrics), about once a second, timing every scrape;
+- unless ``--no_hostile``, the hostile mix (start_hostile), with the
+  server's write and connection limits made short (HOSTILE_SERVER_FLAGS,
+  before the ``--server_flag`` ones): AddDocuments streams that stall until
+  the server ends them (--write_idle_timeout), probes that open more
+  streams than --max_write_streams allows, idle and slow TCP connections to
+  the gRPC and metrics ports, and messages that are not valid protocol
+  buffers to the unary methods, inside RerankStreams and inside
+  AddDocuments streams.
+  Every expected outcome is counted by action; any other fails the run.
+  The hostile streams write documents to the modelled corpora under ids the
+  writer never uses, so that a commit of any of them fails the checks of
+  the answers and of the final state.
 
 The model: the writer keeps every live document as the server stores it
 (normalised, rounded to the storage dtype) and a version number, bumped
@@ -47,7 +59,9 @@ never sent); after the warm-up (the first ``--warmup`` of the run, at least
 10 s) the medians of 10-second windows of RSS samples stay within
 ``--rss_tolerance`` of the lowest (see rss_report); the server logged at
 least one compaction; every corpus holds the model's document count and the
-alias its corpus at the end; and the server exits 0 on SIGTERM.
+alias its corpus at the end; the server exits 0 on SIGTERM; every /metrics
+scrape is answered within SCRAPE_LIMIT_S; and, with the hostile mix, no
+unexpected outcome and every expected one at least once (HOSTILE_COVERAGE).
 
 Stubs: the ``maxsimd`` package of client/python with its generated stubs
 (``MAXSIMD_STUBS_DIR``, as ctest sets it; see client/python/README.md).
@@ -60,10 +74,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import re
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,6 +100,7 @@ import numpy as np  # noqa: E402
 
 import maxsimd  # noqa: E402
 from maxsimd._encode import encode_tensor, to_bfloat16_bits  # noqa: E402
+from maxsimd._pb import admin_pb2, admin_pb2_grpc  # noqa: E402
 from maxsimd._pb import reranker_pb2, reranker_pb2_grpc  # noqa: E402
 from maxsimd.errors import from_status_code  # noqa: E402
 
@@ -148,6 +166,38 @@ DRAIN_TIMEOUT_S = 10
 MIN_WARMUP_S = 10.0
 RSS_WINDOW_S = 10  # seconds of RSS samples per median
 MAX_EXAMPLES = 10  # mismatches and errors quoted in the report
+SCRAPE_LIMIT_S = 1.0  # the longest a /metrics scrape may take
+
+# The hostile mix (see Hostile). The server runs with these limits, short so
+# that each is reached many times in a run; HOSTILE_SERVER_FLAGS passes them.
+WRITE_IDLE_TIMEOUT_S = 3
+MAX_WRITE_STREAMS = 8  # the writer's one stream + STALLED_STREAMS + room
+HANDSHAKE_TIMEOUT_S = 2
+METRICS_REQUEST_TIMEOUT_S = 5  # the server's default --metrics_request_timeout
+HOSTILE_SERVER_FLAGS = (
+    f"--write_idle_timeout={WRITE_IDLE_TIMEOUT_S}s",
+    f"--max_write_streams={MAX_WRITE_STREAMS}",
+    f"--grpc_handshake_timeout={HANDSHAKE_TIMEOUT_S}s",
+)
+STALLED_STREAMS = 4  # AddDocuments streams kept open, adding nothing more
+TRICKLE_PERIOD_S = 1.0  # between the empty messages of a trickling stream
+PROBE_PERIOD_S = 10.0  # between probes of --max_write_streams
+PROBE_EXTRA = 3  # streams a probe opens past --max_write_streams
+IDLE_SOCKETS = 20  # per port: connect and send nothing
+SLOW_SOCKETS = 10  # per port: one byte every SLOW_BYTE_PERIOD_S
+SLOW_BYTE_PERIOD_S = 2.0
+GARBAGE_PERIOD_S = 0.2  # between garbage calls
+# How much later than its limit the server may end a stalled stream or close
+# a connection (the server checks idle streams every second; the machine may
+# be loaded) before it counts as not ended.
+HOSTILE_SLACK_S = 5.0
+# Messages that are not valid protocol buffers of any type: a length-delimited
+# field 1 that claims 127 bytes and has 2, a varint tag with no value, wire
+# type 7, and an 11-byte varint.
+GARBAGE = (b"\x0a\x7f\x01\x02", b"\x08", b"\x0f", b"\xff" * 10 + b"\x01")
+GARBAGE_ADMIN_METHODS = ("CreateCorpus", "GetCorpus", "ListCorpora",
+                         "DeleteDocuments", "DropCorpus", "SetAlias",
+                         "SnapshotCorpus", "LoadCorpus")
 
 
 # ----------------------------------------------------------------------------
@@ -670,6 +720,70 @@ class QueryWorker(threading.Thread):
 # The writer
 
 
+def refused_at_stream_limit(code: grpc.StatusCode, details: str) -> bool:
+    """Whether an AddDocuments error is the server's refusal of a stream past
+    --max_write_streams."""
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and \
+        "--max_write_streams" in details
+
+
+class WriteGate:
+    """Keeps the soak's AddDocuments streams from opening while a probe of
+    --max_write_streams holds the server's stream slots (WriteLimitProbe),
+    so that the writer is not refused for the probe's sake.
+
+    A stream's call runs inside stream(); a probe inside probe(), which
+    waits for the calls in stream() to end and holds new ones until it is
+    done. The server frees a slot when it has processed the end of a stream,
+    a little after the client sees it: a stream opened just after a probe may
+    still be refused, and refusal_expected() says so.
+
+    Thread-safety: every method may be called from any thread.
+    """
+
+    GRACE_S = 2.0  # after a probe, refusals still count as the probe's
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._users = 0
+        self._probing = False
+        self._probe_end = -float("inf")
+
+    @contextlib.contextmanager
+    def stream(self):
+        with self._cv:
+            while self._probing:
+                self._cv.wait()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._users -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def probe(self):
+        with self._cv:
+            self._probing = True
+            while self._users:
+                self._cv.wait()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._probing = False
+                self._probe_end = time.monotonic()
+                self._cv.notify_all()
+
+    def refusal_expected(self, opened: float) -> bool:
+        """Whether a refusal at --max_write_streams of a stream opened at
+        `opened` (time.monotonic()) may be a probe's doing: a probe is under
+        way, or ended less than GRACE_S before the stream was opened."""
+        with self._cv:
+            return self._probing or self._probe_end > opened - self.GRACE_S
+
+
 class Writer:
     """The only writer: every write goes through the model (propose, then
     ack on success). Runs setup on the caller's thread, then `run` on its
@@ -677,8 +791,9 @@ class Writer:
 
     def __init__(self, client: maxsimd.Client, checker: Checker,
                  files_dir: Path, writes_per_second: float,
-                 seed: int) -> None:
+                 seed: int, gate: WriteGate) -> None:
         self.client = client
+        self.gate = gate
         self.checker = checker
         self.model = checker.model
         self.stats = checker.stats
@@ -747,13 +862,33 @@ class Writer:
         response = self._write(
             "AddDocuments", state.with_live(corpus,
                                             state.live[corpus] + tuple(ids)),
-            lambda: self.client.add_documents(corpus, ids, raw,
-                                              timeout=CALL_TIMEOUT_S),
+            lambda: self._add_call(corpus, ids, raw),
             added={i: stored_tokens(r, spec) for i, r in zip(ids, raw)})
         if response.added != count:
             raise AssertionError(f"AddDocuments of {count} added "
                                  f"{response.added}")
         self.tokens[corpus] += sum(len(r) for r in raw)
+
+    def _add_call(self, corpus: str, ids: Sequence[int],
+                  raw: Sequence[np.ndarray]) -> object:
+        """AddDocuments through the gate; a refusal at --max_write_streams
+        that a probe explains (nothing was added) is counted as expected and
+        retried."""
+        while True:
+            opened = time.monotonic()
+            with self.gate.stream():
+                try:
+                    return self.client.add_documents(corpus, ids, raw,
+                                                     timeout=CALL_TIMEOUT_S)
+                except maxsimd.MaxsimdError as e:
+                    if not refused_at_stream_limit(e.code, e.details) or \
+                            not self.gate.refusal_expected(opened):
+                        raise
+                    self.stats.add("expected", (
+                        "AddDocuments", e.code.name,
+                        "refused at --max_write_streams just after a probe; "
+                        "retried"))
+            time.sleep(0.05)
 
     def delete(self, corpus: str) -> None:
         live = self.model.current().live[corpus]
@@ -856,6 +991,698 @@ class Writer:
 
 
 # ----------------------------------------------------------------------------
+# The hostile mix
+
+
+class HostileStats:
+    """Outcomes of the hostile mix's actions: expected ones by (action,
+    outcome), unexpected ones apart with examples, and distributions (times
+    in seconds, counts). Thread-safety: every method takes the lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.outcomes: collections.Counter = collections.Counter()
+        self.unexpected: collections.Counter = collections.Counter()
+        self.values: Dict[str, List[float]] = collections.defaultdict(list)
+        self.examples: List[str] = []
+
+    def ok(self, action: str, outcome: str, n: int = 1) -> None:
+        with self.lock:
+            self.outcomes[(action, outcome)] += n
+
+    def bad(self, action: str, outcome: str, example: str) -> None:
+        with self.lock:
+            self.unexpected[(action, outcome)] += 1
+            if len(self.examples) < MAX_EXAMPLES:
+                self.examples.append(f"{action}: {outcome}: {example}")
+
+    def value(self, name: str, value: float) -> None:
+        with self.lock:
+            self.values[name].append(value)
+
+    def count(self, action: str, outcome: str) -> int:
+        with self.lock:
+            return self.outcomes[(action, outcome)]
+
+    def report(self) -> Dict:
+        with self.lock:
+            actions: Dict[str, Dict[str, int]] = collections.defaultdict(dict)
+            for (action, outcome), n in sorted(self.outcomes.items()):
+                actions[action][outcome] = n
+            return {
+                "actions": dict(actions),
+                "unexpected": {f"{action}: {outcome}": n for
+                               (action, outcome), n in
+                               sorted(self.unexpected.items())},
+                "distributions": {
+                    name: {"n": len(v), "min": float(min(v)),
+                           "median": float(np.median(v)),
+                           "max": float(max(v))}
+                    for name, v in sorted(self.values.items()) if v},
+                "examples": list(self.examples),
+            }
+
+
+# Action names, as the report gives them.
+STALLED = "stalled AddDocuments streams"
+PROBE = "--max_write_streams probes"
+MIXED_STREAM = "RerankStream [valid, garbage, valid]"
+GARBAGE_ADD = "AddDocuments [valid, garbage]"
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: soak\r\n\r\n"
+
+
+class HostileDocs:
+    """Documents for the hostile AddDocuments streams: valid for a random
+    modelled corpus, with ids ("hostile-N") the writer never uses, so that a
+    commit of any of them (there must be none) shows up in the checked
+    answers ("non-integer id") and in the final document counts.
+    Thread-safety: next_ids takes the lock; messages is called with a
+    thread's own generator."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0
+
+    def next_ids(self, n: int) -> List[str]:
+        with self._lock:
+            first = self._next
+            self._next += n
+        return [f"hostile-{i}" for i in range(first, first + n)]
+
+    def messages(self, rng: np.random.Generator,
+                 count: int) -> List[admin_pb2.AddDocumentsRequest]:
+        """`count` AddDocuments messages of 1 to 3 documents each, the first
+        naming the corpus."""
+        corpus = list(CORPORA)[int(rng.integers(len(CORPORA)))]
+        spec = CORPORA[corpus]
+        messages = []
+        for i in range(count):
+            ids = self.next_ids(int(rng.integers(1, 4)))
+            rows = [rng.standard_normal(
+                (int(rng.integers(1, spec.max_doc_tokens + 1)), spec.dim))
+                .astype(np.float32) for _ in ids]
+            messages.append(admin_pb2.AddDocumentsRequest(
+                corpus=corpus if i == 0 else "", ids=ids,
+                token_counts=[len(r) for r in rows],
+                tokens=encode_tensor(np.concatenate(rows), "tokens")))
+        return messages
+
+
+class SilentStream:
+    """An AddDocuments stream that sends its messages, then adds nothing
+    more until the call ends (the server ends it, or cancel()): it sends
+    nothing, or with `trickle` an empty message (no documents) every
+    TRICKLE_PERIOD_S, which must not keep it open. Times are
+    time.monotonic()."""
+
+    def __init__(self, stub: admin_pb2_grpc.AdminStub,
+                 messages: Sequence[admin_pb2.AddDocumentsRequest],
+                 trickle: bool = False) -> None:
+        self.opened = time.monotonic()
+        self.sent = len(messages)  # messages adding documents
+        self.yielded = 0  # every message handed to gRPC
+        self.last_sent = self.opened  # of a message adding documents
+        self.ended = 0.0
+        self.trickle = trickle
+        self._release = threading.Event()
+
+        def requests():
+            # Runs on a gRPC thread until the call ends.
+            for message in messages:
+                self.last_sent = time.monotonic()
+                self.yielded += 1
+                yield message
+            while trickle and not self._release.wait(TRICKLE_PERIOD_S):
+                self.yielded += 1
+                yield admin_pb2.AddDocumentsRequest()
+            self._release.wait()
+
+        self.future = stub.AddDocuments.future(requests(),
+                                               timeout=CALL_TIMEOUT_S)
+        self.future.add_done_callback(self._done)
+
+    def _done(self, _) -> None:
+        self.ended = time.monotonic()
+        self._release.set()
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def status(self) -> Tuple[grpc.StatusCode, str]:
+        """The call's end; OK (a commit) too. REQUIRES: done()."""
+        error = self.future.exception()
+        if error is None:
+            return grpc.StatusCode.OK, ""
+        return error.code(), error.details() or ""
+
+    def cancel(self) -> bool:
+        """Cancels the call; False if it had already ended."""
+        cancelled = self.future.cancel()
+        self._release.set()
+        return cancelled
+
+
+class HostileThread(threading.Thread):
+    """A thread of the hostile mix: step() in a loop until `stop`; a bug of
+    this script fails the run."""
+
+    def __init__(self, name: str, stats: HostileStats, stop: threading.Event,
+                 failures: List[str]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.stats = stats
+        self.stop = stop
+        self.failures = failures
+
+    def run(self) -> None:
+        try:
+            self.loop()
+        except Exception:  # noqa: BLE001 - a bug of this script: fail
+            self.failures.append(f"{self.name}: {traceback.format_exc()}")
+            self.stop.set()
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
+class StalledWrites(HostileThread):
+    """Keeps STALLED_STREAMS AddDocuments streams open on the modelled
+    corpora, each sending one or two messages of documents and then nothing
+    (even slots) or an empty message every TRICKLE_PERIOD_S (odd slots). The
+    server must end each with DEADLINE_EXCEEDED naming --write_idle_timeout
+    and the messages it read, between WRITE_IDLE_TIMEOUT_S and 1.25 of it
+    plus a second (and HOSTILE_SLACK_S) after its last message of
+    documents, adding nothing; then it is reopened. A refusal at
+    --max_write_streams is expected only around a probe (WriteGate)."""
+
+    def __init__(self, target: str, docs: HostileDocs, gate: WriteGate,
+                 seed: int, stats: HostileStats, stop: threading.Event,
+                 failures: List[str]) -> None:
+        super().__init__("stalled-writes", stats, stop, failures)
+        self.channel = grpc.insecure_channel(target)
+        self.stub = admin_pb2_grpc.AdminStub(self.channel)
+        self.docs = docs
+        self.gate = gate
+        self.rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+        self._open: List[SilentStream] = []
+
+    def open_streams(self) -> List[SilentStream]:
+        """The streams open now (as far as the client knows)."""
+        with self._lock:
+            return [s for s in self._open if not s.done()]
+
+    def loop(self) -> None:
+        streams: List[Optional[SilentStream]] = [None] * STALLED_STREAMS
+        # Staggered, so that the streams do not all end and reopen at once.
+        first = [time.monotonic() + i * WRITE_IDLE_TIMEOUT_S / STALLED_STREAMS
+                 for i in range(STALLED_STREAMS)]
+        try:
+            while not self.stop.is_set():
+                for i, stream in enumerate(streams):
+                    if stream is None and time.monotonic() < first[i]:
+                        continue
+                    if stream is not None and not stream.done():
+                        continue
+                    if stream is not None:
+                        self.judge(stream)
+                    messages = self.docs.messages(
+                        self.rng, int(self.rng.integers(1, 3)))
+                    with self.gate.stream():
+                        streams[i] = SilentStream(self.stub, messages,
+                                                  trickle=i % 2 == 1)
+                    self.stats.ok(STALLED, "opened")
+                with self._lock:
+                    self._open = [s for s in streams if s is not None]
+                self.stop.wait(0.05)
+        finally:
+            for stream in streams:
+                if stream is None:
+                    continue
+                if stream.cancel():
+                    self.stats.ok(STALLED, "cancelled at the end of the run")
+                else:
+                    self.judge(stream)
+            self.channel.close()
+
+    def judge(self, stream: SilentStream) -> None:
+        code, details = stream.status()
+        read = re.search(r"after message (\d+)", details)
+        kind = "sending empty messages" if stream.trickle else "silent"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and \
+                "(--write_idle_timeout)" in details and \
+                "nothing was added" in details and read and \
+                stream.sent <= int(read.group(1)) <= stream.yielded:
+            waited = stream.ended - stream.last_sent
+            self.stats.value(f"{STALLED}, {kind}: last message of documents "
+                             "to the end (s)", waited)
+            latest = WRITE_IDLE_TIMEOUT_S * 1.25 + 1 + HOSTILE_SLACK_S
+            if waited < WRITE_IDLE_TIMEOUT_S:
+                self.stats.bad(STALLED, "ended before --write_idle_timeout",
+                               f"{waited:.2f} s after its last message: "
+                               f"{details}")
+            elif waited > latest:
+                self.stats.bad(STALLED, "ended late",
+                               f"{waited:.2f} s after its last message "
+                               f"(at most {latest:.2f}): {details}")
+            else:
+                self.stats.ok(STALLED, f"{kind}: ended by "
+                              "--write_idle_timeout")
+        elif refused_at_stream_limit(code, details) and \
+                self.gate.refusal_expected(stream.opened):
+            self.stats.ok(STALLED, "refused at --max_write_streams around a "
+                          "probe")
+        else:
+            self.stats.bad(STALLED, f"{kind}: ended {code.name}",
+                           f"{stream.sent} messages of documents, "
+                           f"{stream.yielded} in all: {details}")
+
+
+class WriteLimitProbe(HostileThread):
+    """Every PROBE_PERIOD_S, with the soak's other AddDocuments streams held
+    back (WriteGate), opens MAX_WRITE_STREAMS + PROBE_EXTRA streams at once,
+    each sending one message. The server must refuse those past its limit
+    with RESOURCE_EXHAUSTED naming --max_write_streams and the limit, before
+    they are read, and accept the others; the accepted ones are cancelled
+    (nothing of them is added).
+
+    Checked: every stream is refused so, or still open when the refusals
+    have come (accepted); at least one is accepted (the stalled streams
+    leave room); and no more are accepted than the limit leaves beside the
+    stalled streams that were surely open on the server throughout: opened
+    half a second before the probe, and with their last message less than
+    WRITE_IDLE_TIMEOUT_S before the probe's verdict (the server cannot have
+    ended them earlier). A probe stream whose call the server has not
+    started WAIT_S after it was opened would count as accepted: on a
+    machine that slow, "accepted past --max_write_streams" can be wrong."""
+
+    WAIT_S = 2.0  # for the refusals; under WRITE_IDLE_TIMEOUT_S
+
+    def __init__(self, target: str, docs: HostileDocs, gate: WriteGate,
+                 stalled: StalledWrites, seed: int, stats: HostileStats,
+                 stop: threading.Event, failures: List[str]) -> None:
+        super().__init__("write-limit-probe", stats, stop, failures)
+        self.channel = grpc.insecure_channel(target)
+        self.stub = admin_pb2_grpc.AdminStub(self.channel)
+        self.docs = docs
+        self.gate = gate
+        self.stalled = stalled
+        self.rng = np.random.default_rng(seed)
+
+    def loop(self) -> None:
+        try:
+            while not self.stop.wait(PROBE_PERIOD_S):
+                self.probe()
+        finally:
+            self.channel.close()
+
+    def probe(self) -> None:
+        with self.gate.probe():
+            started = time.monotonic()
+            # Stalled streams that reached the server before the probe's.
+            before = [s for s in self.stalled.open_streams()
+                      if s.opened < started - 0.5]
+
+            def surely_open(now: float) -> List[SilentStream]:
+                # The server ends a stream no sooner than
+                # WRITE_IDLE_TIMEOUT_S after its last message.
+                return [s for s in before
+                        if s.last_sent + WRITE_IDLE_TIMEOUT_S > now]
+
+            streams = [SilentStream(self.stub, self.docs.messages(self.rng, 1))
+                       for _ in range(MAX_WRITE_STREAMS + PROBE_EXTRA)]
+            self.stats.ok(PROBE, "probes")
+            self.stats.ok(PROBE, "streams opened", len(streams))
+            # Until the refusals have come for all the limit leaves out.
+            while time.monotonic() < started + self.WAIT_S:
+                most = MAX_WRITE_STREAMS - len(surely_open(time.monotonic()))
+                if sum(1 for s in streams if not s.done()) <= most:
+                    break
+                time.sleep(0.02)
+            time.sleep(0.2)  # refusals behind the ones waited for
+            now = time.monotonic()
+            accepted = [s for s in streams
+                        if not s.done() or self.judge(s) == "accepted"]
+            surely = surely_open(now)
+            self.stats.value(f"{PROBE}: streams accepted of "
+                             f"{len(streams)}", len(accepted))
+            self.stats.value(f"{PROBE}: stalled streams surely open",
+                             len(surely))
+            if not accepted:
+                self.stats.bad(PROBE, "no stream accepted",
+                               f"{len(streams)} refused with at most "
+                               f"{STALLED_STREAMS} stalled streams open")
+            elif len(accepted) > MAX_WRITE_STREAMS - len(surely):
+                self.stats.bad(PROBE, "accepted past --max_write_streams",
+                               f"{len(accepted)} accepted beside "
+                               f"{len(surely)} stalled streams open, limit "
+                               f"{MAX_WRITE_STREAMS}")
+            for stream in accepted:
+                if stream.cancel():
+                    self.stats.ok(PROBE, "accepted, cancelled by the client")
+                elif stream.ended > now:  # ended since: not judged yet
+                    self.judge(stream)
+            # The server frees the slots when it has processed the cancels.
+            time.sleep(0.3)
+
+    def judge(self, stream: SilentStream) -> str:
+        """Counts the end of a probe stream; "accepted" when the server had
+        accepted it, else "refused" (or "unexpected")."""
+        code, details = stream.status()
+        if refused_at_stream_limit(code, details) and \
+                str(MAX_WRITE_STREAMS) in details:
+            self.stats.ok(PROBE, "refused, RESOURCE_EXHAUSTED naming "
+                          "--max_write_streams")
+            return "refused"
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED and \
+                "(--write_idle_timeout)" in details:
+            self.stats.ok(PROBE, "accepted, ended by --write_idle_timeout")
+            return "accepted"
+        self.stats.bad(PROBE, f"ended {code.name}", details)
+        return "unexpected"
+
+
+@dataclass
+class RawConnection:
+    """A TCP connection that never completes a request."""
+
+    group: str  # the action's name in the report
+    port: int
+    payload: bytes  # sent one byte every SLOW_BYTE_PERIOD_S; b"": idle
+    limit_s: float  # the server must close it within this (+ slack)
+    sock: Optional[socket.socket] = None
+    opened: float = 0.0
+    next_byte: float = 0.0
+    sent: int = 0
+    overdue: bool = False
+    retry_at: float = 0.0
+
+
+class HostileConnections(HostileThread):
+    """IDLE_SOCKETS connections that send nothing and SLOW_SOCKETS that send
+    one byte every SLOW_BYTE_PERIOD_S (of an HTTP/2 preface, or of a
+    /metrics request), to the gRPC port and to the metrics port each. The
+    server must close each, the gRPC port within --grpc_handshake_timeout
+    and the metrics port within --metrics_request_timeout (+ slack);
+    closed, it is reopened. A failed connect is unexpected."""
+
+    def __init__(self, grpc_port: int, metrics_port: int,
+                 stats: HostileStats, stop: threading.Event,
+                 failures: List[str]) -> None:
+        super().__init__("hostile-connections", stats, stop, failures)
+        self.connections = []
+        for port, name, payload, limit_s in (
+                (grpc_port, "gRPC port", H2_PREFACE, HANDSHAKE_TIMEOUT_S),
+                (metrics_port, "metrics port", HTTP_REQUEST,
+                 METRICS_REQUEST_TIMEOUT_S)):
+            self.connections += [
+                RawConnection(f"idle connections, {name}", port, b"",
+                              limit_s) for _ in range(IDLE_SOCKETS)]
+            self.connections += [
+                RawConnection(f"slow connections, {name}", port, payload,
+                              limit_s) for _ in range(SLOW_SOCKETS)]
+        self.selector = selectors.DefaultSelector()
+
+    def connect(self, c: RawConnection) -> None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", c.port), timeout=5)
+        except OSError as e:
+            self.stats.bad(c.group, "connect failed", str(e))
+            c.retry_at = time.monotonic() + 1.0
+            return
+        sock.setblocking(False)
+        c.sock = sock
+        c.opened = c.next_byte = time.monotonic()
+        c.sent = 0
+        c.overdue = False
+        self.selector.register(sock, selectors.EVENT_READ, c)
+        self.stats.ok(c.group, "connected")
+
+    def close(self, c: RawConnection, how: str) -> None:
+        """Records the server's close of `c` (`how`) and reconnects."""
+        self.selector.unregister(c.sock)
+        c.sock.close()
+        c.sock = None
+        self.stats.ok(c.group, how)
+        self.stats.value(f"{c.group}: lifetime (s)",
+                         time.monotonic() - c.opened)
+        if not self.stop.is_set():
+            self.connect(c)
+
+    def loop(self) -> None:
+        try:
+            for c in self.connections:
+                self.connect(c)
+            while not self.stop.is_set():
+                for key, _ in self.selector.select(0.1):
+                    self.read(key.data)
+                now = time.monotonic()
+                for c in self.connections:
+                    if c.sock is None:
+                        if now >= c.retry_at:
+                            self.connect(c)
+                        continue
+                    if c.payload and c.sent < len(c.payload) and \
+                            now >= c.next_byte:
+                        self.send_byte(c, now)
+                    if c.sock is not None and not c.overdue and \
+                            now - c.opened > c.limit_s + HOSTILE_SLACK_S:
+                        c.overdue = True
+                        self.stats.bad(c.group, "still open past the limit",
+                                       f"open {now - c.opened:.1f} s, limit "
+                                       f"{c.limit_s} s")
+        finally:
+            for c in self.connections:
+                if c.sock is not None:
+                    c.sock.close()
+            self.selector.close()
+
+    def read(self, c: RawConnection) -> None:
+        try:
+            data = c.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except ConnectionResetError:
+            self.close(c, "reset by the server")
+            return
+        except OSError as e:
+            self.stats.bad(c.group, "read failed", str(e))
+            self.close(c, "closed after a failed read")
+            return
+        if data:
+            self.stats.ok(c.group, "bytes received", len(data))
+        else:
+            self.close(c, "closed by the server")
+
+    def send_byte(self, c: RawConnection, now: float) -> None:
+        try:
+            c.sock.send(c.payload[c.sent:c.sent + 1])
+        except (BlockingIOError, InterruptedError):
+            return
+        except (ConnectionResetError, BrokenPipeError):
+            self.close(c, "reset by the server")
+            return
+        except OSError as e:
+            self.stats.bad(c.group, "send failed", str(e))
+            self.close(c, "closed after a failed send")
+            return
+        c.sent += 1
+        c.next_byte = now + SLOW_BYTE_PERIOD_S
+        self.stats.ok(c.group, "bytes sent")
+
+
+class GarbageCalls(HostileThread):
+    """Every GARBAGE_PERIOD_S, alternately: a unary call (Rerank,
+    RerankBatch, or an Admin method of GARBAGE_ADMIN_METHODS, in turn) whose
+    message is GARBAGE, which must fail INVALID_ARGUMENT naming the method
+    and the message type; and either a RerankStream of [valid, garbage,
+    valid], whose valid requests must be answered correctly (Checker, under
+    "RerankStream (with garbage)") and whose garbage gets a response of its
+    own with status_code 3 naming "RerankStream message 1", or an
+    AddDocuments stream of [valid, garbage], which must fail
+    INVALID_ARGUMENT naming "AddDocuments message 1", adding nothing."""
+
+    RPC = "RerankStream (with garbage)"
+
+    def __init__(self, target: str, checker: Checker, docs: HostileDocs,
+                 gate: WriteGate, seed: int, stats: HostileStats,
+                 stop: threading.Event, failures: List[str]) -> None:
+        super().__init__("garbage", stats, stop, failures)
+        self.checker = checker
+        self.model = checker.model
+        self.docs = docs
+        self.gate = gate
+        self.rng = np.random.default_rng(seed)
+        self.channel = grpc.insecure_channel(target)
+        # No serializers: the requests are bytes, sent as they are.
+        self.unary = [(service, method, self.channel.unary_unary(
+            f"/maxsimd.v1.{service}/{method}"))
+            for service, method in
+            [("Reranker", "Rerank"), ("Reranker", "RerankBatch")] +
+            [("Admin", m) for m in GARBAGE_ADMIN_METHODS]]
+        self.rerank_stream = self.channel.stream_stream(
+            "/maxsimd.v1.Reranker/RerankStream",
+            response_deserializer=reranker_pb2.RerankResponse.FromString)
+        self.add_stream = self.channel.stream_unary(
+            "/maxsimd.v1.Admin/AddDocuments")
+        self.serial = 0
+
+    def garbage(self) -> bytes:
+        return GARBAGE[int(self.rng.integers(len(GARBAGE)))]
+
+    def loop(self) -> None:
+        step = 0
+        try:
+            while not self.stop.wait(GARBAGE_PERIOD_S):
+                if step % 2 == 0:
+                    self.garbage_unary(*self.unary[(step // 2) %
+                                                   len(self.unary)])
+                elif step % 4 == 1:
+                    self.mixed_stream()
+                else:
+                    self.garbage_add()
+                step += 1
+        finally:
+            self.channel.close()
+
+    def garbage_unary(self, service: str, method: str, call) -> None:
+        action = f"garbage {service}.{method}"
+        want = (f"{service}.{method}: the message is not a valid "
+                f"maxsimd.v1.{method}Request")
+        try:
+            call(self.garbage(), timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT and \
+                    want in (e.details() or ""):
+                self.stats.ok(action, "INVALID_ARGUMENT naming the method")
+            else:
+                self.stats.bad(action, e.code().name, e.details())
+            return
+        self.stats.bad(action, "answered OK", "a garbage message parsed")
+
+    def mixed_stream(self) -> None:
+        version, state = self.model.pin()
+        try:
+            requests = {}
+            for _ in range(2):
+                self.serial += 1
+                request = self.checker.make_request(
+                    self.rng, version, state, f"garbage-stream-{self.serial}")
+                requests[request.request_id] = request
+            valid = [r.to_proto().SerializeToString()
+                     for r in requests.values()]
+            self.stats.ok(MIXED_STREAM, "streams")
+            self.checker.stats.add("sent", self.RPC, len(requests))
+            garbage_answers = 0
+            try:
+                for response in self.rerank_stream(
+                        iter([valid[0], self.garbage(), valid[1]]),
+                        timeout=CALL_TIMEOUT_S):
+                    if response.request_id in requests:
+                        self.answer(requests.pop(response.request_id),
+                                    response)
+                    elif response.status_code == 3 and \
+                            "RerankStream message 1: the message is not a " \
+                            "valid maxsimd.v1.RerankRequest" in \
+                            response.status_message:
+                        garbage_answers += 1
+                    else:
+                        self.stats.bad(MIXED_STREAM, "an unknown response", (
+                            f"request_id {response.request_id!r}, "
+                            f"status_code {response.status_code}: "
+                            f"{response.status_message}"))
+            except grpc.RpcError as e:
+                self.stats.bad(MIXED_STREAM, f"stream ended {e.code().name}",
+                               e.details())
+                # Answered by the stream's status.
+                self.checker.stats.add("answered", self.RPC, len(requests))
+                return
+            if requests:
+                self.checker.stats.bump("lost", len(requests), (
+                    f"{MIXED_STREAM} ended OK without answering "
+                    f"{list(requests)}"))
+            if garbage_answers == 1:
+                self.stats.ok(MIXED_STREAM, "garbage answered with "
+                              "status_code 3 naming message 1")
+            else:
+                self.stats.bad(MIXED_STREAM, "garbage not answered once",
+                               f"{garbage_answers} answers")
+        finally:
+            self.model.unpin(version)
+
+    def answer(self, request: Request,
+               response: reranker_pb2.RerankResponse) -> None:
+        self.checker.stats.add("answered", self.RPC)
+        if response.status_code:
+            error = from_status_code(response.status_code,
+                                     response.status_message,
+                                     method="RerankStream")
+            self.checker.check_error(self.RPC, [request], error.code,
+                                     error.details)
+        else:
+            self.checker.check_response(self.RPC, request, response)
+
+    def garbage_add(self) -> None:
+        message = self.docs.messages(self.rng, 1)[0]
+        opened = time.monotonic()
+        with self.gate.stream():
+            try:
+                self.add_stream(iter([message.SerializeToString(),
+                                      self.garbage()]),
+                                timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as e:
+                code, details = e.code(), e.details() or ""
+                if code == grpc.StatusCode.INVALID_ARGUMENT and \
+                        "AddDocuments message 1: the message is not a valid " \
+                        "maxsimd.v1.AddDocumentsRequest" in details:
+                    self.stats.ok(GARBAGE_ADD, "INVALID_ARGUMENT naming "
+                                  "message 1")
+                elif refused_at_stream_limit(code, details) and \
+                        self.gate.refusal_expected(opened):
+                    self.stats.ok(GARBAGE_ADD, "refused at "
+                                  "--max_write_streams after a probe")
+                else:
+                    self.stats.bad(GARBAGE_ADD, code.name, details)
+                return
+        self.stats.bad(GARBAGE_ADD, "committed", "the stream ended OK")
+
+
+# What a run with the hostile mix must have seen at least once: (action,
+# outcome).
+HOSTILE_COVERAGE = (
+    [(STALLED, "silent: ended by --write_idle_timeout"),
+     (STALLED, "sending empty messages: ended by --write_idle_timeout"),
+     (PROBE, "refused, RESOURCE_EXHAUSTED naming --max_write_streams"),
+     (PROBE, "accepted, cancelled by the client"),
+     (MIXED_STREAM, "garbage answered with status_code 3 naming message 1"),
+     (GARBAGE_ADD, "INVALID_ARGUMENT naming message 1")] +
+    [(f"{kind} connections, {port}", "closed by the server")
+     for kind in ("idle", "slow") for port in ("gRPC port", "metrics port")] +
+    [(f"garbage {service}.{method}", "INVALID_ARGUMENT naming the method")
+     for service, method in [("Reranker", "Rerank"),
+                             ("Reranker", "RerankBatch")] +
+     [("Admin", m) for m in GARBAGE_ADMIN_METHODS]])
+
+
+def start_hostile(target: str, grpc_port: int, metrics_port: int,
+                  checker: Checker, gate: WriteGate, seed: int,
+                  stats: HostileStats, stop: threading.Event,
+                  failures: List[str]) -> List[threading.Thread]:
+    """The hostile mix's threads, not started."""
+    docs = HostileDocs()
+    stalled = StalledWrites(target, docs, gate, seed + 1, stats, stop,
+                            failures)
+    return [
+        stalled,
+        WriteLimitProbe(target, docs, gate, stalled, seed + 2, stats, stop,
+                        failures),
+        HostileConnections(grpc_port, metrics_port, stats, stop, failures),
+        GarbageCalls(target, checker, docs, gate, seed + 3, stats, stop,
+                     failures),
+    ]
+
+
+# ----------------------------------------------------------------------------
 # The server and its memory
 
 
@@ -911,10 +1738,8 @@ class Server:
         return "\n".join(self.log().splitlines()[-lines:])
 
     def memory(self) -> Optional[Dict[str, int]]:
-        """VmRSS, RssAnon, RssFile and Threads from /proc, and Stored, the
-        corpora's token storage (the sum of maxsimd_corpus_bytes from
-        /metrics), all sizes in KiB; None once the server exited. A failed
-        scrape of a running server raises."""
+        """VmRSS, RssAnon, RssFile and Threads from /proc, in KiB; None once
+        the server exited."""
         try:
             text = Path(f"/proc/{self.proc.pid}/status").read_text()
         except OSError:
@@ -922,16 +1747,19 @@ class Server:
         fields = dict(line.split(":", 1) for line in text.splitlines()
                       if ":" in line)
         try:
-            memory = {key: int(fields[key].split()[0]) for key in
-                      ("VmRSS", "RssAnon", "RssFile", "Threads")}
+            return {key: int(fields[key].split()[0]) for key in
+                    ("VmRSS", "RssAnon", "RssFile", "Threads")}
         except KeyError:  # a zombie: no memory lines
             return None
+
+    def stored_kib(self) -> int:
+        """The corpora's token storage, the sum of maxsimd_corpus_bytes from
+        a scrape of /metrics, in KiB. A failed scrape raises OSError."""
         with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
             metrics = r.read().decode()
-        memory["Stored"] = int(sum(float(v) for v in re.findall(
+        return int(sum(float(v) for v in re.findall(
             r"^maxsimd_corpus_bytes\{[^}]*\} (\S+)$", metrics,
             re.MULTILINE)) / 1024)
-        return memory
 
     def terminate(self) -> int:
         """SIGTERM, then the exit status (SIGKILL past the drain)."""
@@ -946,8 +1774,10 @@ class Server:
 
 
 class Sampler(threading.Thread):
-    """The server's memory once a second (Server.memory), from its start
-    until `stop` or its exit; `error` says why sampling stopped early."""
+    """The server's memory once a second (Server.memory) with a scrape of
+    /metrics (Server.stored_kib), from its start until `stop` or its exit.
+    Every scrape's latency is recorded; a failed one is recorded and its
+    sample dropped (a scrape under way when the run stops is not counted)."""
 
     def __init__(self, server: Server, stop: threading.Event) -> None:
         super().__init__(name="rss", daemon=True)
@@ -955,20 +1785,43 @@ class Sampler(threading.Thread):
         self.stop = stop
         self.samples: List[Tuple[float, Dict[str, int]]] = []
         self.start_time = time.monotonic()
-        self.error = ""
+        self.scrape_s: List[float] = []  # latencies of the scrapes answered
+        self.scrape_failures: List[str] = []
 
     def run(self) -> None:
         while True:
-            try:
-                memory = self.server.memory()
-            except OSError as e:
-                self.error = f"scraping {self.server.metrics_url}: {e}"
-                return
+            memory = self.server.memory()
             if memory is None:
                 return
-            self.samples.append((time.monotonic() - self.start_time, memory))
+            began = time.monotonic()
+            try:
+                memory["Stored"] = self.server.stored_kib()
+            except OSError as e:
+                if not self.stop.is_set() and self.server.proc.poll() is None:
+                    self.scrape_failures.append(
+                        f"{began - self.start_time:.0f} s: "
+                        f"{self.server.metrics_url}: {e}")
+            else:
+                self.scrape_s.append(time.monotonic() - began)
+                self.samples.append((began - self.start_time, memory))
             if self.stop.wait(1.0):
                 return
+
+    def scrape_report(self) -> Dict:
+        latencies = sorted(self.scrape_s)
+        report = {
+            "scrapes": len(latencies) + len(self.scrape_failures),
+            "failed": len(self.scrape_failures),
+            "over_limit": sum(1 for t in latencies if t > SCRAPE_LIMIT_S),
+            "limit_s": SCRAPE_LIMIT_S,
+            "failures": self.scrape_failures[:MAX_EXAMPLES],
+        }
+        if latencies:
+            report.update({
+                "median_s": float(np.median(latencies)),
+                "p99_s": float(np.percentile(latencies, 99)),
+                "max_s": latencies[-1]})
+        return report
 
 
 def rss_report(samples: Sequence[Tuple[float, Dict[str, int]]],
@@ -1078,6 +1931,29 @@ def print_report(report: Dict) -> None:
               f"corpus storage {rss['stored_start_mib']:.1f} -> "
               f"{rss['stored_end_mib']:.1f}; "
               f"threads {rss['threads_start']} -> {rss['threads_end']}")
+    scrapes = report["metrics_scrapes"]
+    if "max_s" in scrapes:
+        print(f"/metrics scrapes: {scrapes['scrapes']}, failed "
+              f"{scrapes['failed']}, over {SCRAPE_LIMIT_S:.0f} s "
+              f"{scrapes['over_limit']}; latency median "
+              f"{1000 * scrapes['median_s']:.1f} ms, p99 "
+              f"{1000 * scrapes['p99_s']:.1f} ms, max "
+              f"{1000 * scrapes['max_s']:.1f} ms")
+    for failure in scrapes["failures"]:
+        print(f"  scrape failed: {failure}")
+    hostile = report["hostile"]
+    if hostile["on"]:
+        print("hostile mix (action: outcome count):")
+        for action, outcomes in sorted(hostile["actions"].items()):
+            print(f"  {action}: " + ", ".join(
+                f"{outcome} {n}" for outcome, n in outcomes.items()))
+        for name, d in hostile["distributions"].items():
+            print(f"  {name}: n {d['n']}, min {d['min']:.2f}, median "
+                  f"{d['median']:.2f}, max {d['max']:.2f}")
+        for key, n in hostile["unexpected"].items():
+            print(f"  unexpected: {key} x{n}")
+        for example in hostile["examples"]:
+            print(f"  e.g. {example}")
     print(f"server exit status: {report['server_exit_status']}")
     for example in report["examples"]:
         print(f"  e.g. {example}")
@@ -1096,14 +1972,17 @@ def run_load(args: argparse.Namespace, seed: int, server: Server,
     model = Model()
     checker = Checker(model, stats, args.backend)
     stop = threading.Event()
-    target = f"127.0.0.1:{server.wait_ports()[0]}"
+    grpc_port, metrics_port = server.wait_ports()
+    target = f"127.0.0.1:{grpc_port}"
+    gate = WriteGate()
+    hostile = HostileStats()
     sampler = Sampler(server, stop)
     sampler.start()
     try:
         with maxsimd.Client(target, default_timeout=CALL_TIMEOUT_S) as client:
             client.wait_until_serving()
             writer = Writer(client, checker, server.files_dir,
-                            args.writes_per_second, seed)
+                            args.writes_per_second, seed, gate)
             writer.setup()
             threads = [QueryWorker(kind, i, target, checker,
                                    seed * 100 + n + 1, stop, failures)
@@ -1112,6 +1991,10 @@ def run_load(args: argparse.Namespace, seed: int, server: Server,
                             ("stream", 0)])]
             threads.append(threading.Thread(
                 target=writer.run, args=(stop, failures), name="writer"))
+            if args.hostile:
+                threads += start_hostile(target, grpc_port, metrics_port,
+                                         checker, gate, seed * 100 + 50,
+                                         hostile, stop, failures)
             load_start = time.monotonic()
             warmup_s = (load_start - sampler.start_time) + max(
                 MIN_WARMUP_S, args.warmup * args.duration)
@@ -1136,8 +2019,6 @@ def run_load(args: argparse.Namespace, seed: int, server: Server,
         stop.set()
         exit_status = server.terminate()
         sampler.join()
-    if sampler.error:
-        failures.append(f"memory sampling stopped: {sampler.error}")
 
     names = sorted(set(stats.sent) | set(stats.answered))
     return {
@@ -1166,6 +2047,8 @@ def run_load(args: argparse.Namespace, seed: int, server: Server,
                          m["Stored"], m["Threads"]]
                         for t, m in sampler.samples],
         "server_exit_status": exit_status,
+        "metrics_scrapes": sampler.scrape_report(),
+        "hostile": dict(on=args.hostile, **hostile.report()),
     }
 
 
@@ -1198,6 +2081,24 @@ def verdict(report: Dict) -> List[str]:
     if report["server_exit_status"] != 0:
         failures.append(f"the server exited {report['server_exit_status']} "
                         "on SIGTERM")
+    scrapes = report["metrics_scrapes"]
+    if scrapes["failed"]:
+        failures.append(f"{scrapes['failed']} of {scrapes['scrapes']} "
+                        "/metrics scrapes failed")
+    if scrapes["over_limit"]:
+        failures.append(f"{scrapes['over_limit']} /metrics scrapes took "
+                        f"more than {SCRAPE_LIMIT_S:.0f} s (the longest "
+                        f"{scrapes['max_s']:.2f} s)")
+    hostile = report["hostile"]
+    if hostile["unexpected"]:
+        failures.append(f"{sum(hostile['unexpected'].values())} unexpected "
+                        "outcomes of the hostile mix")
+    if hostile["on"]:
+        if not report["requests"].get(GarbageCalls.RPC, {}).get("answered"):
+            failures.append(f"no {GarbageCalls.RPC} answered")
+        for action, outcome in HOSTILE_COVERAGE:
+            if not hostile["actions"].get(action, {}).get(outcome):
+                failures.append(f"hostile mix: no {action!r} {outcome!r}")
     return failures
 
 
@@ -1220,6 +2121,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="share of the run before RSS is held flat "
                         f"(at least {MIN_WARMUP_S:.0f} s)")
     parser.add_argument("--rss_tolerance", type=float, default=0.05)
+    parser.add_argument("--no_hostile", dest="hostile", action="store_false",
+                        help="without the hostile mix (stalled and excess "
+                        "write streams, idle and slow connections, garbage "
+                        "messages) and its server flags")
     parser.add_argument("--server_flag", action="append", default=[],
                         help="one more server flag (repeatable), e.g. "
                         "--server_flag=--devices=0")
@@ -1232,7 +2137,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="maxsimd-soak-"))
-    server = Server(args.server, args.backend, work, args.server_flag)
+    server = Server(args.server, args.backend, work,
+                    (list(HOSTILE_SERVER_FLAGS) if args.hostile else []) +
+                    args.server_flag)
     failures: List[str] = []
     try:
         report = run_load(args, seed, server, failures)
