@@ -381,7 +381,11 @@ class MetricsHttpServer::Loop {
   }
 
   void Close(Connection* c) {
-    close(c->fd);  // also removes it from the epoll set
+    // Out of the epoll set first: close() alone leaves it there while
+    // another process holds a copy of the descriptor (a fork, until its
+    // exec), and a later event would then name a freed connection.
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+    close(c->fd);
     ListOf(c->phase).erase(c->self);
   }
 

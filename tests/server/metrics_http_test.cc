@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -198,6 +199,53 @@ class MetricsHttpTest : public ::testing::Test {
   std::shared_ptr<prometheus::Registry> registry_ = TestRegistry();
   std::vector<int> fds_;
 };
+
+// A child process (a fork that has not yet exec'd, as a test's popen or
+// a server's helper makes) holds copies of the server's descriptors: the
+// connections the server closes meanwhile must not stay in its epoll set,
+// whose next events would name freed connections.
+TEST_F(MetricsHttpTest, ConnectionsClosedWhileAForkHoldsThemAreForgotten) {
+  const auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  // Connections the server has accepted (a scrape answers after accepts)
+  // before the fork, so that the child holds their descriptors.
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) {
+    held.push_back(Track(Connect(server->port())));
+    ASSERT_GE(held.back(), 0);
+  }
+  ASSERT_THAT(Exchange(server->port(), Get("/metrics")),
+              ::maxsimd::testing::IsOk());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    usleep(1500 * 1000);
+    _exit(0);
+  }
+  // Each held connection gets its answer, then both ends close it.
+  for (int fd : held) {
+    const std::string request = Get("/metrics");
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    char buf[16384];
+    std::string response;
+    for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+      response.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_THAT(response, StartsWith("HTTP/1.1 200 OK\r\n"));
+    shutdown(fd, SHUT_RDWR);
+  }
+  // The server keeps serving while the child still holds the copies.
+  for (int i = 0; i < 20; ++i) {
+    const absl::StatusOr<std::string> response =
+        Exchange(server->port(), Get("/metrics"));
+    ASSERT_THAT(response, ::maxsimd::testing::IsOk()) << "scrape " << i;
+    EXPECT_THAT(BodyOf(*response), HasSubstr(kCounterLine));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+}
 
 TEST_F(MetricsHttpTest, ScrapesStayFastUnderIdleAndSlowConnections) {
   const auto server = StartServer();
