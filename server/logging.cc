@@ -99,18 +99,23 @@ void AppendByteEscape(spdlog::memory_buf_t& dest, unsigned char c) {
   dest.append(esc, esc + sizeof(esc));
 }
 
-// Appends `s` for a text line, so that whatever it holds stays on one line
-// and reads back unambiguously. Printable ASCII and well-formed UTF-8 are
-// copied, except that a backslash is doubled; newline, carriage return and
-// tab become \n, \r and \t; every other C0 control, DEL, and every byte
-// that is not part of well-formed UTF-8 becomes \xNN (hex); the code points
-// of EscapesCodePoint become \uXXXX.
-void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
-  // Most messages need nothing: copy them in one append.
+enum class EscapeStyle { kText, kJson };
+
+// Appends `s` escaped so that it stays on one line and reads back
+// unambiguously. Printable ASCII and well-formed UTF-8 are copied, except
+// that a backslash is doubled (and, for JSON, a quote escaped); newline,
+// carriage return and tab become \n, \r and \t; the code points of
+// EscapesCodePoint become \uXXXX. Every other C0 control and DEL becomes
+// \xNN in text and \u00NN in JSON; a byte that is not part of well-formed
+// UTF-8 becomes \xNN in text and U+FFFD in JSON.
+void AppendEscaped(spdlog::memory_buf_t& dest, absl::string_view s,
+                   EscapeStyle style) {
+  const bool json = style == EscapeStyle::kJson;
+  // Most values need nothing: copy them in one append.
   size_t clean = 0;
   while (clean < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[clean]);
-    if (c < 0x20 || c >= 0x7F || c == '\\') break;
+    if (c < 0x20 || c >= 0x7F || c == '\\' || (json && c == '"')) break;
     ++clean;
   }
   Append(dest, s.substr(0, clean));
@@ -120,7 +125,11 @@ void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
     if (c >= 0x80) {
       const size_t n = Utf8SequenceLength(s, i);
       if (n == 0) {
-        AppendByteEscape(dest, c);
+        if (json) {
+          Append(dest, "\\ufffd");
+        } else {
+          AppendByteEscape(dest, c);
+        }
         ++i;
         continue;
       }
@@ -147,8 +156,14 @@ void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
         Append(dest, "\\t");
         break;
       default:
-        if (c < 0x20 || c == 0x7F) {
-          AppendByteEscape(dest, c);
+        if (json && c == '"') {
+          Append(dest, "\\\"");
+        } else if (c < 0x20 || c == 0x7F) {
+          if (json) {
+            AppendUnicodeEscape(dest, c);
+          } else {
+            AppendByteEscape(dest, c);
+          }
         } else {
           dest.push_back(static_cast<char>(c));
         }
@@ -157,55 +172,16 @@ void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
   }
 }
 
-// Appends `s` as a JSON string: quotes, backslashes and control characters
-// escaped, the code points of EscapesCodePoint as "\\uXXXX" (still the same
-// string to a JSON reader), other well-formed UTF-8 copied, any other byte
-// replaced by U+FFFD.
+// `s` for a text line (AppendEscaped).
+void AppendTextValue(spdlog::memory_buf_t& dest, absl::string_view s) {
+  AppendEscaped(dest, s, EscapeStyle::kText);
+}
+
+// `s` as a JSON string, quoted (AppendEscaped): still the same string to a
+// JSON reader, but for bytes that are not well-formed UTF-8.
 void AppendJsonString(spdlog::memory_buf_t& dest, absl::string_view s) {
   dest.push_back('"');
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t n = Utf8SequenceLength(s, i);
-      if (n == 0) {
-        Append(dest, "\\ufffd");
-        ++i;
-      } else if (const uint32_t cp = DecodeUtf8(s, i, n);
-                 EscapesCodePoint(cp)) {
-        AppendUnicodeEscape(dest, cp);
-        i += n;
-      } else {
-        Append(dest, s.substr(i, n));
-        i += n;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        Append(dest, "\\\"");
-        break;
-      case '\\':
-        Append(dest, "\\\\");
-        break;
-      case '\n':
-        Append(dest, "\\n");
-        break;
-      case '\r':
-        Append(dest, "\\r");
-        break;
-      case '\t':
-        Append(dest, "\\t");
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          AppendUnicodeEscape(dest, c);
-        } else {
-          dest.push_back(static_cast<char>(c));
-        }
-    }
-    ++i;
-  }
+  AppendEscaped(dest, s, EscapeStyle::kJson);
   dest.push_back('"');
 }
 

@@ -43,6 +43,7 @@
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"
 #include "server/server.h"
+#include "tests/support/temp_dir.h"
 
 namespace maxsimd {
 namespace {
@@ -122,25 +123,6 @@ void SetFloat(v1::Tensor* t, int64_t index, float value) {
   std::memcpy(t->mutable_data()->data() + index * sizeof(float), &value,
               sizeof(float));
 }
-
-// A fresh directory, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "maxsimd-bad-input-XXXXXX")
-            .string();
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class BadInputTest : public ::testing::Test {
  protected:
@@ -616,7 +598,7 @@ class BadInputTest : public ::testing::Test {
   // query second of two) or "RerankStream".
   std::vector<Case> QueryRpcCases(const std::string& rpc);
 
-  TempDir files_;
+  ::maxsimd::testing::TempDir files_{"maxsimd-bad-input-"};
   std::unique_ptr<MaxsimServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Reranker::Stub> reranker_;

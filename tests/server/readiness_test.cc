@@ -34,6 +34,7 @@
 #include "tests/support/forwarding_backend.h"
 #include "tests/support/http.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/temp_dir.h"
 
 namespace maxsimd {
 namespace {
@@ -137,25 +138,6 @@ TEST_F(ReadinessTest, NotServingUntilTheDemoCorporaAreLoaded) {
             50);
 }
 
-// A fresh directory, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "maxsimd-readiness-XXXXXX")
-            .string();
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // A free port below the kernel's ephemeral range: a client that connects
 // while nothing listens there can never be given it as its own port (a TCP
 // self-connection would then hold the port the server is about to bind).
@@ -182,7 +164,7 @@ int PortBelowEphemeralRange() {
 // every data call is UNAVAILABLE (never NOT_FOUND or an empty list); once
 // loaded, they all serve.
 TEST_F(ReadinessTest, DataCallsAreUnavailableWhileTheDataDirectoryLoads) {
-  TempDir dir;
+  ::maxsimd::testing::TempDir dir("maxsimd-readiness-");
   ASSERT_FALSE(dir.path().empty());
   options_.data_dir = dir.path();
   options_.listen = absl::StrCat("127.0.0.1:", PortBelowEphemeralRange());
