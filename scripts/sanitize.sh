@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Every CPU test (CUDA off) built with AddressSanitizer and
-# UndefinedBehaviorSanitizer, in build-asan. Any report fails the test that
+# UndefinedBehaviorSanitizer, in build-asan (but two tests the sanitizers
+# cannot judge: soak_smoke, whose RSS check ASan's quarantine of freed memory
+# defeats, and the /metrics test that runs the process out of descriptors,
+# where UBSan's runtime cannot check a call and reports a false error; both
+# run in the plain build). Any report fails the test that
 # made it: UBSan does not recover, LeakSanitizer is on. The deploy checks
 # (label deploy) are left out: they inspect the release binaries' shared
 # libraries. Part of the README's test command (scripts/test.sh);
@@ -29,4 +33,5 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
   LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900 \
-  -LE deploy
+  -LE deploy \
+  -E '^(soak_smoke|MetricsHttpTest[.]RunningOutOfDescriptorsDoesNotSpin)$'
