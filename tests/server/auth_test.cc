@@ -30,6 +30,7 @@
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "tests/server/test_certs.h"
+#include "tests/support/captured_log.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {
@@ -77,25 +78,7 @@ class TempDir {
   std::string path_;
 };
 
-// Installs a default logger that writes spdlog's text lines to a string at
-// `level`; restores the previous one on exit.
-class CapturedLog {
- public:
-  explicit CapturedLog(spdlog::level::level_enum level)
-      : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("maxsimd", sink);
-    logger->set_formatter(MakeLogFormatter(LogFormat::kText));
-    logger->set_level(level);
-    spdlog::set_default_logger(logger);
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::string Text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using ::maxsimd::testing::CapturedLog;
 
 // ---------------------------------------------------------------------------
 // ConstantTimeEquals

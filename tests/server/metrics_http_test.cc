@@ -38,6 +38,7 @@
 #include "prometheus/registry.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/support/captured_log.h"
 #include "tests/support/http.h"
 #include "tests/support/status_matchers.h"
 
@@ -370,22 +371,7 @@ TEST_F(MetricsHttpTest, RequestTimeoutClosesIdleAndSlowConnections) {
   EXPECT_TRUE(ClosedWithin(idle, std::chrono::milliseconds(2000)));
 }
 
-// Captures the default logger's lines while alive.
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    auto logger = std::make_shared<spdlog::logger>("maxsimd", sink);
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::string Text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using ::maxsimd::testing::CapturedLog;
 
 TEST_F(MetricsHttpTest, BearerTokens) {
   CapturedLog log;
