@@ -79,11 +79,11 @@
 #include "index/plaid_train.h"
 #include "index/synthetic.h"
 #include "kernels/backend.h"
+#include "kernels/base/status_macros.h"
+#include "kernels/base/thread_pool.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/maxsim_cpu.h"
 #include "kernels/maxsim_reference.h"
-#include "kernels/status_macros.h"
-#include "kernels/thread_pool.h"
 #include "kernels/topk_cpu.h"
 
 ABSL_FLAG(int64_t, docs, 50000, "Documents in the synthetic corpus");

@@ -14,8 +14,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/client_interceptor.h"
-#include "kernels/half.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/half.h"
+#include "kernels/base/status_macros.h"
 #include "proto/call_arena.h"
 
 namespace maxsimd {

@@ -48,8 +48,8 @@
 #include "index/npy.h"
 #include "index/safetensors.h"
 #include "index/synthetic.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/element.h"
-#include "kernels/status_macros.h"
 #include "kernels/types.h"
 
 namespace maxsimd {

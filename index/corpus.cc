@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "index/plaid_train.h"
 #include "index/storage.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/element.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
-#include "kernels/status_macros.h"
 
 namespace maxsimd {
 namespace {

@@ -10,7 +10,7 @@
 #include "index/npy.h"
 #include "index/plaid.h"
 #include "index/safetensors.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 

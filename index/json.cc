@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "index/importers.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/half.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/half.h"
+#include "kernels/base/status_macros.h"
 
 // The format (numpy/lib/format.py, NEP 1):
 //

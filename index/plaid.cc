@@ -13,7 +13,7 @@
 #include "index/json.h"
 #include "index/npy.h"
 #include "index/torch_file.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 namespace {

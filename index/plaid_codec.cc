@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/half.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/half.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <utility>
 
-#include "kernels/target_clones.h"
+#include "kernels/base/target_clones.h"
 
 namespace maxsimd {
 

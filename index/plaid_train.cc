@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "kernels/base/thread_pool.h"
 #include "kernels/element.h"
-#include "kernels/thread_pool.h"
 
 namespace maxsimd {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "index/storage.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/element.h"
-#include "kernels/status_macros.h"
 
 namespace maxsimd {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 

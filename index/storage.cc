@@ -26,8 +26,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "kernels/fault_injection.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/fault_injection.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 namespace {
@@ -377,7 +377,7 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
 }
 
 // The write(2), fsync(2) and rename(2) of durable files, each with its
-// fault point (kernels/fault_injection.h): an armed point fails the call
+// fault point (kernels/base/fault_injection.h): an armed point fails the call
 // with ENOSPC, as a full disk does.
 ssize_t WriteSome(int fd, const char* data, size_t bytes) {
   if (MAXSIMD_FAULT_POINT(fault::kStorageWrite)) {

@@ -10,7 +10,7 @@
 //
 // Tests fail the writes, fsyncs and renames here at will, as a full disk
 // does, through the fault points fault::kStorageWrite, kStorageFsync and
-// kStorageRename (kernels/fault_injection.h).
+// kStorageRename (kernels/base/fault_injection.h).
 //
 // Thread-safety: the free functions are reentrant; a CorpusStore is used by
 // one writer at a time (its Corpus serialises writes).

@@ -10,8 +10,8 @@
 #include "absl/strings/strip.h"
 #include "index/importers.h"
 #include "index/zip_reader.h"
-#include "kernels/half.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/half.h"
+#include "kernels/base/status_macros.h"
 
 // The pickle subset (Python's Lib/pickletools.py documents each opcode):
 //

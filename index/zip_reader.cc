@@ -7,7 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 // The records read (APPNOTE.TXT 6.3; all integers little-endian):
 //

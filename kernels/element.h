@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/types.h"
 
 namespace maxsimd {

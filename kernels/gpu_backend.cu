@@ -39,9 +39,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/base/fault_injection.h"
+#include "kernels/base/status_macros.h"
+#include "kernels/base/thread_pool.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/element.h"
-#include "kernels/fault_injection.h"
 #include "kernels/gpu_backend.h"
 #include "kernels/kmeans.h"
 #include "kernels/maxsim_gather.h"
@@ -49,8 +51,6 @@
 #include "kernels/maxsim_tma.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
-#include "kernels/status_macros.h"
-#include "kernels/thread_pool.h"
 #include "kernels/topk.h"
 
 namespace maxsimd {

@@ -7,13 +7,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/fault_injection.h"
+#include "kernels/base/half.h"
+#include "kernels/base/status_macros.h"
+#include "kernels/base/target_clones.h"
 #include "kernels/element.h"
-#include "kernels/fault_injection.h"
-#include "kernels/half.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
-#include "kernels/status_macros.h"
-#include "kernels/target_clones.h"
 #include "kernels/topk_cpu.h"
 
 namespace maxsimd {

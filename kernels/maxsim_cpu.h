@@ -27,8 +27,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/backend.h"
-#include "kernels/fault_injection.h"
-#include "kernels/thread_pool.h"
+#include "kernels/base/fault_injection.h"
+#include "kernels/base/thread_pool.h"
 
 namespace maxsimd {
 

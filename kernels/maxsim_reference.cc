@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/base/half.h"
 #include "kernels/element.h"
-#include "kernels/half.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/quantize.h"
 

@@ -7,9 +7,9 @@
 #include <cuda_fp16.h>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/maxsim_tma.h"
-#include "kernels/status_macros.h"
 
 namespace maxsimd {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 
 namespace maxsimd {
 

@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/detail/select_topk.cuh"
-#include "kernels/status_macros.h"
 #include "kernels/topk.h"
 
 namespace maxsimd {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "index/importers.h"
 #include "index/plaid.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"
 #include "server/raw_message.h"

@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpc/grpc_security_constants.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace maxsimd {

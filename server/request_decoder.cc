@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "index/plaid_search.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/element.h"
-#include "kernels/status_macros.h"
 
 namespace maxsimd {
 namespace {

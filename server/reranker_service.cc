@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
-#include "kernels/status_macros.h"
+#include "kernels/base/status_macros.h"
 #include "proto/call_arena.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"

@@ -17,7 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {

@@ -28,7 +28,7 @@
 #include "index/synthetic.h"
 #include "index/torch_file.h"
 #include "index/zip_reader.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/fuzz/fuzz_support.h"
 #ifdef MAXSIMD_FUZZ_PROTO

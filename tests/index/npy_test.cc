@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "index/importers.h"
 #include "index/zip_reader.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "tests/support/status_matchers.h"
 
 namespace maxsimd {

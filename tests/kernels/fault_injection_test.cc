@@ -2,7 +2,7 @@
 // the nth), counts, disarming, concurrent hits; and, in a build without
 // MAXSIMD_FAULT_INJECTION, that a point is the constant false whatever is
 // armed.
-#include "kernels/fault_injection.h"
+#include "kernels/base/fault_injection.h"
 
 #include <atomic>
 #include <string>

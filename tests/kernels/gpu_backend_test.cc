@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/fault_injection.h"
-#include "kernels/half.h"
+#include "kernels/base/fault_injection.h"
+#include "kernels/base/half.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/fault_skip.h"
 
@@ -260,7 +260,7 @@ TEST(GpuBackendTest, CorpusBeyond2To31Elements) {
   EXPECT_EQ(gathered[0][1].index, planted[0]);
 }
 
-// The fault points of the GPU backend (kernels/fault_injection.h).
+// The fault points of the GPU backend (kernels/base/fault_injection.h).
 class GpuBackendFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {

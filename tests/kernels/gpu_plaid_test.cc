@@ -32,7 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/maxsim_reference.h"
 #include "kernels/maxsim_tma.h"
 #include "kernels/plaid_bits.h"

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "kernels/fault_injection.h"
+#include "kernels/base/fault_injection.h"
 #include "kernels/maxsim_reference.h"
 #include "tests/support/fault_skip.h"
 #include "tests/support/plaid_segment.h"
@@ -476,7 +476,7 @@ TEST(CpuBackendTest, PlaidScoresFollowTheStatedFormula) {
                ::testing::HasSubstr("segments[0] is PLAID and lacks")));
 }
 
-// The fault points of the CPU backend (kernels/fault_injection.h).
+// The fault points of the CPU backend (kernels/base/fault_injection.h).
 class CpuBackendFaultTest : public ::testing::Test {
  protected:
   void SetUp() override {

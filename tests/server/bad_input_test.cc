@@ -38,7 +38,7 @@
 #include "index/npy.h"
 #include "index/registry.h"
 #include "index/synthetic.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/maxsim_reference.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "maxsimd/v1/reranker.grpc.pb.h"

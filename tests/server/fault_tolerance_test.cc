@@ -1,4 +1,4 @@
-// The server under injected faults (kernels/fault_injection.h), driven
+// The server under injected faults (kernels/base/fault_injection.h), driven
 // through its gRPC API over loopback:
 //   - a failed allocation while loading (AddDocuments, LoadCorpus,
 //     ImportDocuments) is a clean error and the old corpus keeps serving;
@@ -44,7 +44,7 @@
 #include "gtest/gtest.h"
 #include "index/npy.h"
 #include "kernels/backend.h"
-#include "kernels/fault_injection.h"
+#include "kernels/base/fault_injection.h"
 #include "kernels/gpu_backend.h"
 #include "server/server.h"
 #include "tests/support/fault_skip.h"

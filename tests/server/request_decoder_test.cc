@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/status_matchers.h"
 

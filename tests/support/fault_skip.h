@@ -1,10 +1,10 @@
-// Skips a test that arms fault points (kernels/fault_injection.h) in a
+// Skips a test that arms fault points (kernels/base/fault_injection.h) in a
 // build that compiles them out.
 #ifndef MAXSIMD_TESTS_SUPPORT_FAULT_SKIP_H_
 #define MAXSIMD_TESTS_SUPPORT_FAULT_SKIP_H_
 
 #include "gtest/gtest.h"
-#include "kernels/fault_injection.h"
+#include "kernels/base/fault_injection.h"
 
 #define MAXSIMD_SKIP_WITHOUT_FAULT_INJECTION()                         \
   do {                                                                 \

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/half.h"
+#include "kernels/base/half.h"
 #include "kernels/plaid_bits.h"
 #include "kernels/types.h"
 

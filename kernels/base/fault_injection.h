@@ -22,8 +22,8 @@
 // Thread-safety: every function may be called from any thread. While no
 // point is armed, a point reads one relaxed atomic; an armed point takes a
 // mutex.
-#ifndef MAXSIMD_KERNELS_FAULT_INJECTION_H_
-#define MAXSIMD_KERNELS_FAULT_INJECTION_H_
+#ifndef MAXSIMD_KERNELS_BASE_FAULT_INJECTION_H_
+#define MAXSIMD_KERNELS_BASE_FAULT_INJECTION_H_
 
 #include <atomic>
 #include <cstdint>
@@ -120,4 +120,4 @@ bool Hit(absl::string_view point);
 #define MAXSIMD_FAULT_POINT(point) (static_cast<void>(point), false)
 #endif
 
-#endif  // MAXSIMD_KERNELS_FAULT_INJECTION_H_
+#endif  // MAXSIMD_KERNELS_BASE_FAULT_INJECTION_H_

@@ -1,4 +1,4 @@
-#include "kernels/thread_pool.h"
+#include "kernels/base/thread_pool.h"
 
 #include <algorithm>
 

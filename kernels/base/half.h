@@ -3,8 +3,8 @@
 // These are exact IEEE conversions (round to nearest even), written without
 // CUDA types so that index/ and server/ can decode and encode embeddings.
 // Thread-safety: pure functions.
-#ifndef MAXSIMD_KERNELS_HALF_H_
-#define MAXSIMD_KERNELS_HALF_H_
+#ifndef MAXSIMD_KERNELS_BASE_HALF_H_
+#define MAXSIMD_KERNELS_BASE_HALF_H_
 
 #include <cstdint>
 #include <cstring>
@@ -87,4 +87,4 @@ inline uint16_t FloatToBFloat16(float f) {
 
 }  // namespace maxsimd
 
-#endif  // MAXSIMD_KERNELS_HALF_H_
+#endif  // MAXSIMD_KERNELS_BASE_HALF_H_

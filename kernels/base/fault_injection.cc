@@ -1,4 +1,4 @@
-#include "kernels/fault_injection.h"
+#include "kernels/base/fault_injection.h"
 
 #include <map>
 #include <string>

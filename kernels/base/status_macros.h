@@ -1,8 +1,8 @@
 // Small Status helpers that Debian's Abseil (20220623) does not provide.
 //
 // Thread-safety: macros only; no state.
-#ifndef MAXSIMD_KERNELS_STATUS_MACROS_H_
-#define MAXSIMD_KERNELS_STATUS_MACROS_H_
+#ifndef MAXSIMD_KERNELS_BASE_STATUS_MACROS_H_
+#define MAXSIMD_KERNELS_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,4 +27,4 @@
   if (!tmp.ok()) return tmp.status();                   \
   lhs = std::move(tmp).value()
 
-#endif  // MAXSIMD_KERNELS_STATUS_MACROS_H_
+#endif  // MAXSIMD_KERNELS_BASE_STATUS_MACROS_H_

@@ -2,8 +2,8 @@
 //
 // Thread-safety: ParallelFor may be called from several threads at once;
 // calls are serialised, one loop runs on the pool at a time.
-#ifndef MAXSIMD_KERNELS_THREAD_POOL_H_
-#define MAXSIMD_KERNELS_THREAD_POOL_H_
+#ifndef MAXSIMD_KERNELS_BASE_THREAD_POOL_H_
+#define MAXSIMD_KERNELS_BASE_THREAD_POOL_H_
 
 #include <atomic>
 #include <cstdint>
@@ -54,4 +54,4 @@ class ThreadPool {
 
 }  // namespace maxsimd
 
-#endif  // MAXSIMD_KERNELS_THREAD_POOL_H_
+#endif  // MAXSIMD_KERNELS_BASE_THREAD_POOL_H_

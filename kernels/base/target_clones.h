@@ -5,8 +5,8 @@
 // Off in sanitizer builds: the resolver runs while the loader relocates the
 // binary, before the sanitizer's runtime is set up, and its instrumented
 // code crashes there. Those builds test the baseline clone.
-#ifndef MAXSIMD_KERNELS_TARGET_CLONES_H_
-#define MAXSIMD_KERNELS_TARGET_CLONES_H_
+#ifndef MAXSIMD_KERNELS_BASE_TARGET_CLONES_H_
+#define MAXSIMD_KERNELS_BASE_TARGET_CLONES_H_
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
@@ -16,4 +16,4 @@
 #define MAXSIMD_TARGET_CLONES
 #endif
 
-#endif  // MAXSIMD_KERNELS_TARGET_CLONES_H_
+#endif  // MAXSIMD_KERNELS_BASE_TARGET_CLONES_H_
