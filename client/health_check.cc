@@ -1,7 +1,8 @@
 // maxsimd_health: asks a gRPC server's grpc.health.v1.Health/Check whether a
 // service is SERVING, for container HEALTHCHECKs and scripts (Debian has no
-// grpc_health_probe). It links only gRPC and the generated health stubs, so
-// the runtime image needs no more libraries than the server itself.
+// grpc_health_probe). It links only gRPC, the generated health stubs and the
+// CUDA-free base library (for its file reader), so the runtime image needs
+// no more libraries than the server itself.
 //
 //   maxsimd_health --target=127.0.0.1:50051 --service=maxsimd.v1.Reranker
 //
@@ -14,19 +15,21 @@
 //   4  the server answered, and the service is not SERVING
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/base/file_util.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server address: host:port, or any gRPC target (dns:///...)");
@@ -60,14 +63,20 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-// The contents of `path` into `out`; false when it cannot be read or is
-// empty.
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  *out = text.str();
-  return in.good() && !out->empty();
+// The contents of the file `path` that --`flag` names; an error naming both
+// (and why) when it cannot be read or is empty.
+absl::StatusOr<std::string> ReadFlagFile(const char* flag,
+                                         const std::string& path) {
+  absl::StatusOr<std::string> bytes = maxsimd::ReadFileToString(path);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": ", bytes.status().message()));
+  }
+  if (bytes->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, ": cannot read \"", path, "\": the file is empty"));
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -112,14 +121,20 @@ int main(int argc, char** argv) {
     credentials = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions ssl;
-    if (!ReadFile(ca_file, &ssl.pem_root_certs)) {
-      return Fail(kExitUsage, "--tls_ca_cert: cannot read \"" + ca_file + "\"");
-    }
-    if (!cert_file.empty() && !ReadFile(cert_file, &ssl.pem_cert_chain)) {
-      return Fail(kExitUsage, "--tls_cert: cannot read \"" + cert_file + "\"");
-    }
-    if (!key_file.empty() && !ReadFile(key_file, &ssl.pem_private_key)) {
-      return Fail(kExitUsage, "--tls_key: cannot read \"" + key_file + "\"");
+    const struct {
+      const char* flag;
+      const std::string& path;  // empty: not given
+      std::string* pem;
+    } files[] = {{"tls_ca_cert", ca_file, &ssl.pem_root_certs},
+                 {"tls_cert", cert_file, &ssl.pem_cert_chain},
+                 {"tls_key", key_file, &ssl.pem_private_key}};
+    for (const auto& file : files) {
+      if (file.path.empty()) continue;
+      absl::StatusOr<std::string> pem = ReadFlagFile(file.flag, file.path);
+      if (!pem.ok()) {
+        return Fail(kExitUsage, std::string(pem.status().message()));
+      }
+      *file.pem = *std::move(pem);
     }
     credentials = grpc::SslCredentials(ssl);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);

@@ -1,56 +1,59 @@
 #include "index/importers.h"
 
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "index/npy.h"
 #include "index/plaid.h"
 #include "index/safetensors.h"
+#include "kernels/base/file_util.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd {
+namespace {
+
+// ReadFileToString's errors in these readers' words: NOT_FOUND "cannot open"
+// for a file that is not there or may not be opened, INVALID_ARGUMENT for a
+// directory, DATA_LOSS "error reading" for any other failure.
+absl::Status InputFileError(const std::string& path, const absl::Status& s) {
+  if (absl::IsNotFound(s) || absl::IsPermissionDenied(s)) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  }
+  if (absl::IsInvalidArgument(s)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a regular file"));
+  }
+  return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return InputFileError(path, text.status());
   std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     absl::string_view trimmed = absl::StripAsciiWhitespace(line);
     if (!trimmed.empty()) lines.emplace_back(trimmed);
-  }
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
   }
   return lines;
 }
 
 absl::StatusOr<std::string> ReadInputFile(const std::string& path) {
-  // A directory opens too, and its seek to the end says nothing of its
-  // size (on ext4, 2^63 - 1).
+  // Only a regular file: a FIFO would block the read until a writer came,
+  // and a device such as /dev/zero would never end.
   std::error_code ec;
   if (std::filesystem::exists(path, ec) &&
       !std::filesystem::is_regular_file(path, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is not a regular file"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (!in || size < 0) {
-    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.read(bytes.data(), size);
-  if (in.gcount() != size) {
-    return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
-  }
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (!bytes.ok()) return InputFileError(path, bytes.status());
   return bytes;
 }
 

@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path);
 
 // The whole of a user-given file: NOT_FOUND when it does not exist,
 // INVALID_ARGUMENT when it is not a regular file (a directory), DATA_LOSS
-// naming it when it cannot be read. (storage.h's ReadWholeFile
+// naming it when it cannot be read. (durable_file.h's ReadWholeFile
 // says DATA_LOSS for a missing file, as a corpus directory must be whole.)
 absl::StatusOr<std::string> ReadInputFile(const std::string& path);
 

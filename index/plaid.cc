@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "index/json.h"
 #include "index/npy.h"
 #include "index/torch_file.h"
+#include "kernels/base/json.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd {
@@ -249,7 +249,8 @@ absl::Status CheckChunkMetadata(const std::string& dir, int64_t i,
                                 int64_t passage_offset) {
   const std::string path = Join(dir, absl::StrCat(i, ".metadata.json"));
   if (!IsFile(path)) return absl::OkStatus();
-  MAXSIMD_ASSIGN_OR_RETURN(JsonValue meta, ReadJsonFile(path));
+  MAXSIMD_ASSIGN_OR_RETURN(std::string meta_text, ReadInputFile(path));
+  MAXSIMD_ASSIGN_OR_RETURN(JsonValue meta, ParseJson(meta_text, path));
   auto check = [&](const char* key, int64_t actual) -> absl::Status {
     const JsonValue* v = meta.Find(key);
     if (v == nullptr) return absl::OkStatus();
@@ -347,7 +348,8 @@ absl::Status WalkPlaidIndex(
     const std::function<absl::Status(Chunk&, int64_t)>& take) {
   MAXSIMD_ASSIGN_OR_RETURN(PlaidWriter writer, DetectPlaidWriter(dir));
   const std::string meta_path = Join(dir, "metadata.json");
-  MAXSIMD_ASSIGN_OR_RETURN(JsonValue meta, ReadJsonFile(meta_path));
+  MAXSIMD_ASSIGN_OR_RETURN(std::string meta_text, ReadInputFile(meta_path));
+  MAXSIMD_ASSIGN_OR_RETURN(JsonValue meta, ParseJson(meta_text, meta_path));
   if (meta.kind != JsonValue::Kind::kObject) {
     return absl::DataLossError(
         absl::StrCat("'", meta_path, "' is not a JSON object"));

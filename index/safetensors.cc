@@ -7,180 +7,58 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/json.h"
 #include "kernels/base/status_macros.h"
 #include "kernels/element.h"
 
 namespace maxsimd {
 namespace {
 
-// The header's JSON: a value is an object, an array, a string or a
-// non-negative integer; anything else is malformed.
-struct Json {
-  enum Kind { kObject, kArray, kString, kInt } kind = kInt;
-  std::vector<std::pair<std::string, Json>> members;  // object, in order
-  std::vector<Json> items;                            // array
-  std::string text;                                   // string
-  int64_t number = 0;                                 // integer
-};
+// The largest integer the header may hold (a dimension, an offset): no
+// tensor has 2^56 elements or bytes.
+constexpr int64_t kMaxHeaderInteger = int64_t{1} << 56;
 
-class JsonParser {
- public:
-  JsonParser(absl::string_view text, absl::string_view name)
-      : text_(text), name_(name) {}
+// Deepest nesting of a header: the format needs 3 (object, tensor, shape).
+constexpr int kMaxHeaderDepth = 8;
 
-  absl::StatusOr<Json> ParseDocument() {
-    MAXSIMD_ASSIGN_OR_RETURN(Json v, Value(0));
-    SkipSpace();
-    if (at_ != text_.size()) return Error("bytes after the header object");
-    return v;
-  }
+// A dimension or an offset of the header: a non-negative integer.
+bool IsHeaderInteger(const JsonValue& v) {
+  return v.kind == JsonValue::Kind::kNumber && v.is_integer && v.integer >= 0 &&
+         v.integer <= kMaxHeaderInteger;
+}
 
- private:
-  absl::Status Error(absl::string_view what) const {
-    return absl::DataLossError(absl::StrCat(
-        "file ", name_, ": safetensors header: ", what, " at byte ", at_));
-  }
-  void SkipSpace() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\n' ||
-                                  text_[at_] == '\r' || text_[at_] == '\t')) {
-      ++at_;
-    }
-  }
-  bool Eat(char c) {
-    SkipSpace();
-    if (at_ < text_.size() && text_[at_] == c) {
-      ++at_;
-      return true;
-    }
-    return false;
-  }
-
-  absl::StatusOr<Json> Value(int depth) {
-    if (depth > 8) return Error("nesting too deep");
-    SkipSpace();
-    if (at_ >= text_.size()) return Error("unexpected end");
-    const char c = text_[at_];
-    Json v;
-    if (c == '{') {
-      ++at_;
-      v.kind = Json::kObject;
-      if (Eat('}')) return v;
-      do {
-        SkipSpace();
-        MAXSIMD_ASSIGN_OR_RETURN(std::string key, String());
-        if (!Eat(':')) return Error("expected ':'");
-        MAXSIMD_ASSIGN_OR_RETURN(Json member, Value(depth + 1));
-        v.members.emplace_back(std::move(key), std::move(member));
-      } while (Eat(','));
-      if (!Eat('}')) return Error("expected ',' or '}'");
-      return v;
-    }
-    if (c == '[') {
-      ++at_;
-      v.kind = Json::kArray;
-      if (Eat(']')) return v;
-      do {
-        MAXSIMD_ASSIGN_OR_RETURN(Json item, Value(depth + 1));
-        v.items.push_back(std::move(item));
-      } while (Eat(','));
-      if (!Eat(']')) return Error("expected ',' or ']'");
-      return v;
-    }
-    if (c == '"') {
-      v.kind = Json::kString;
-      MAXSIMD_ASSIGN_OR_RETURN(v.text, String());
-      return v;
-    }
-    if (c >= '0' && c <= '9') {
-      v.kind = Json::kInt;
-      while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') {
-        if (v.number > (int64_t{1} << 56)) return Error("integer too large");
-        v.number = v.number * 10 + (text_[at_++] - '0');
+// The header holds objects, arrays, strings and non-negative integers only,
+// nested at most kMaxHeaderDepth deep: anything else is malformed wherever
+// it is, before any tensor is looked at.
+absl::Status CheckHeaderValues(const JsonValue& v, int depth,
+                               absl::string_view name) {
+  auto loss = [&](absl::string_view what) {
+    return absl::DataLossError(
+        absl::StrCat("file ", name, ": safetensors header: ", what));
+  };
+  if (depth > kMaxHeaderDepth) return loss("nesting too deep");
+  switch (v.kind) {
+    case JsonValue::Kind::kObject:
+      for (const auto& [key, member] : v.members) {
+        MAXSIMD_RETURN_IF_ERROR(CheckHeaderValues(member, depth + 1, name));
       }
-      return v;
-    }
-    return Error(
-        absl::StrCat("unexpected character '", std::string(1, c), "'"));
-  }
-
-  // A JSON string; escapes \" \\ \/ \b \f \n \r \t and \u00XX (the header
-  // names are ASCII in practice; other \u escapes are kept as UTF-8).
-  absl::StatusOr<std::string> String() {
-    if (at_ >= text_.size() || text_[at_] != '"') {
-      return Error("expected a string");
-    }
-    ++at_;
-    std::string out;
-    while (at_ < text_.size() && text_[at_] != '"') {
-      char c = text_[at_++];
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
+      return absl::OkStatus();
+    case JsonValue::Kind::kArray:
+      for (const JsonValue& item : v.items) {
+        MAXSIMD_RETURN_IF_ERROR(CheckHeaderValues(item, depth + 1, name));
       }
-      if (at_ >= text_.size()) break;
-      c = text_[at_++];
-      switch (c) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(c);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          if (text_.size() - at_ < 4) return Error("short \\u escape");
-          uint32_t cp = 0;
-          for (int i = 0; i < 4; ++i) {
-            const char h = text_[at_++];
-            cp <<= 4;
-            if (h >= '0' && h <= '9') {
-              cp |= h - '0';
-            } else if (h >= 'a' && h <= 'f') {
-              cp |= h - 'a' + 10;
-            } else if (h >= 'A' && h <= 'F') {
-              cp |= h - 'A' + 10;
-            } else {
-              return Error("bad \\u escape");
-            }
-          }
-          if (cp < 0x80) {
-            out.push_back(static_cast<char>(cp));
-          } else if (cp < 0x800) {
-            out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
-            out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-          } else {
-            out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
-            out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-            out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-          }
-          break;
-        }
-        default:
-          return Error("bad escape");
-      }
-    }
-    if (at_ >= text_.size()) return Error("unterminated string");
-    ++at_;  // the closing quote
-    return out;
+      return absl::OkStatus();
+    case JsonValue::Kind::kString:
+      return absl::OkStatus();
+    case JsonValue::Kind::kNumber:
+      if (IsHeaderInteger(v)) return absl::OkStatus();
+      return loss("a number that is not an integer in [0, 2^56]");
+    case JsonValue::Kind::kNull:
+    case JsonValue::Kind::kBool:
+      break;
   }
-
-  absl::string_view text_;
-  absl::string_view name_;
-  size_t at_ = 0;
-};
+  return loss("null, true or false, which the format does not use");
+}
 
 void AppendJsonString(std::string* out, absl::string_view s) {
   out->push_back('"');
@@ -225,44 +103,51 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
   }
   const absl::string_view data = bytes.substr(8 + header_len);
   MAXSIMD_ASSIGN_OR_RETURN(
-      Json root, JsonParser(bytes.substr(8, header_len), name).ParseDocument());
-  if (root.kind != Json::kObject) return loss("the header is not an object");
+      JsonValue root,
+      ParseJsonIn(bytes.substr(8, header_len),
+                  absl::StrCat("file ", name, ": safetensors header"),
+                  "header object"));
+  MAXSIMD_RETURN_IF_ERROR(CheckHeaderValues(root, 0, name));
+  if (root.kind != JsonValue::Kind::kObject) {
+    return loss("the header is not an object");
+  }
   SafetensorsFile out;
   std::set<std::pair<int64_t, int64_t>> spans;
   for (auto& [key, value] : root.members) {
     if (key == "__metadata__") {
-      if (value.kind != Json::kObject)
+      if (value.kind != JsonValue::Kind::kObject) {
         return loss("__metadata__ is not an object");
+      }
       for (auto& [k, v] : value.members) {
-        if (v.kind != Json::kString) {
+        if (v.kind != JsonValue::Kind::kString) {
           return loss(
               absl::StrCat("__metadata__ entry '", k, "' is not a string"));
         }
-        out.metadata[k] = v.text;
+        out.metadata[k] = v.str;
       }
       continue;
     }
-    if (value.kind != Json::kObject) {
+    if (value.kind != JsonValue::Kind::kObject) {
       return loss(absl::StrCat("tensor '", key, "' is not an object"));
     }
     SafetensorsTensor t;
-    const Json* offsets = nullptr;
+    const JsonValue* offsets = nullptr;
     bool has_dtype = false, has_shape = false;
     for (auto& [field, v] : value.members) {
-      if (field == "dtype" && v.kind == Json::kString) {
-        t.dtype = v.text;
+      if (field == "dtype" && v.kind == JsonValue::Kind::kString) {
+        t.dtype = v.str;
         has_dtype = true;
-      } else if (field == "shape" && v.kind == Json::kArray) {
-        for (const Json& d : v.items) {
-          if (d.kind != Json::kInt) {
+      } else if (field == "shape" && v.kind == JsonValue::Kind::kArray) {
+        for (const JsonValue& d : v.items) {
+          if (!IsHeaderInteger(d)) {
             return loss(absl::StrCat("tensor '", key, "' has a bad shape"));
           }
-          t.shape.push_back(d.number);
+          t.shape.push_back(d.integer);
         }
         has_shape = true;
-      } else if (field == "data_offsets" && v.kind == Json::kArray &&
-                 v.items.size() == 2 && v.items[0].kind == Json::kInt &&
-                 v.items[1].kind == Json::kInt) {
+      } else if (field == "data_offsets" && v.kind == JsonValue::Kind::kArray &&
+                 v.items.size() == 2 && IsHeaderInteger(v.items[0]) &&
+                 IsHeaderInteger(v.items[1])) {
         offsets = &v;
       } else {
         return loss(
@@ -286,8 +171,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
       }
       elements *= d;
     }
-    const int64_t begin = offsets->items[0].number;
-    const int64_t end = offsets->items[1].number;
+    const int64_t begin = offsets->items[0].integer;
+    const int64_t end = offsets->items[1].integer;
     if (begin > end || static_cast<uint64_t>(end) > data.size()) {
       return loss(absl::StrCat("tensor '", key, "' has data_offsets [", begin,
                                ", ", end, "] outside the ", data.size(),

@@ -2,9 +2,10 @@
 // length N, N bytes of JSON describing each tensor ({"name": {"dtype":
 // "F16", "shape": [rows, cols], "data_offsets": [begin, end]}, ... and an
 // optional "__metadata__" object of strings}), then the tensors' bytes,
-// offsets relative to the end of the header. Our own small JSON parser
-// takes exactly that subset (objects, arrays, strings, non-negative
-// integers).
+// offsets relative to the end of the header. The header is read by the
+// project's JSON reader (kernels/base/json.h) and may hold objects, arrays,
+// strings and integers in [0, 2^56] only, nested at most 8 deep; null,
+// true, false or any other number is malformed wherever it is.
 //
 // Errors: NOT_FOUND for a missing file; DATA_LOSS naming the file for a
 // malformed header, offsets outside the data or overlapping, or a size that

@@ -1,16 +1,17 @@
-// Durable corpus storage: the files of index/FORMAT.md (segment, tombstone
-// and manifest files with per-block and per-file CRC-32) and CorpusStore,
-// which commits a corpus's state to its directory through an atomic
-// manifest rename.
+// Durable corpus storage, the corpus commit protocol of index/FORMAT.md:
+// CorpusStore commits a corpus's state to its directory through an atomic
+// manifest rename, reads it back at start, and writes, loads and drops
+// whole corpus directories. It is the top of three layers:
+//   storage_codec.h  the file formats: encoding, decoding, checksums
+//   durable_file.h   durable file I/O, with the fault points of disk faults
+//   storage.h        the commit protocol: manifests, snapshots, commit
+//                    ordering, recovery
+// It includes the other two, so that one header gives the storage API.
 //
 // Errors: every damaged, truncated or missing file is DATA_LOSS with a
 // message naming the file and the reason; I/O failures while writing are
 // INTERNAL (or RESOURCE_EXHAUSTED for a full disk, the message naming the
 // file and the call) and leave the committed state as it was.
-//
-// Tests fail the writes, fsyncs and renames here at will, as a full disk
-// does, through the fault points fault::kStorageWrite, kStorageFsync and
-// kStorageRename (kernels/base/fault_injection.h).
 //
 // Thread-safety: the free functions are reentrant; a CorpusStore is used by
 // one writer at a time (its Corpus serialises writes).
@@ -18,7 +19,6 @@
 #define MAXSIMD_INDEX_STORAGE_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,86 +28,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "index/corpus.h"
+#include "index/durable_file.h"
 #include "index/segment.h"
+#include "index/storage_codec.h"
 
 namespace maxsimd {
-
-// One segment as the manifest records it.
-struct StoredSegment {
-  std::string file;        // segment file name, relative to the corpus dir
-  std::string tombstones;  // tombstone file name; empty: nothing deleted
-  int64_t base_index = 0;  // internal index of its first document
-  int64_t num_docs = 0;
-  int32_t shard = 0;
-};
-
-struct Manifest {
-  CorpusConfig config;
-  uint64_t next_file = 1;
-  std::vector<StoredSegment> segments;
-  // PLAID: the codec file; empty before the corpus's first documents.
-  std::string codec_file;
-  // The corpus id (NewCorpusId) that every file the manifest names carries;
-  // empty in a format version 1 manifest, which has none.
-  std::string corpus_id;
-  // Files numbered below this may be version 1 files without an id (a
-  // corpus written before ids existed, migrated when this id was given to
-  // it); 0: every file carries the id.
-  uint64_t legacy_below = 0;
-};
-
-// A fresh corpus id: 128 random bits as 32 lowercase hex digits. The id
-// names one corpus directory's set of files (index/FORMAT.md, "Corpus
-// id"), so that a file copied in from another corpus is DATA_LOSS.
-std::string NewCorpusId();
-
-// Encoders and decoders of the file kinds. `name` only labels error
-// messages. Decoders check everything FORMAT.md lists. An encoder given a
-// `corpus_id` (NewCorpusId's form) writes format version 2, which carries
-// it; without one, version 1 (what builds before the id wrote). A decoder
-// stores the id a file carries in *corpus_id when that is not null (empty
-// for a version 1 file); checking it against the manifest's is
-// CorpusStore::Read's job.
-std::string EncodeSegmentFile(const SegmentData& data,
-                              absl::string_view corpus_id = "");
-absl::StatusOr<SegmentData> DecodeSegmentFile(absl::string_view bytes,
-                                              absl::string_view name,
-                                              std::string* corpus_id = nullptr);
-std::string EncodeCodecFile(const PlaidCodec& codec,
-                            absl::string_view corpus_id = "");
-absl::StatusOr<PlaidCodec> DecodeCodecFile(absl::string_view bytes,
-                                           absl::string_view name,
-                                           std::string* corpus_id = nullptr);
-std::string EncodeTombstoneFile(int64_t num_docs,
-                                const std::vector<uint32_t>& bits,
-                                absl::string_view corpus_id = "");
-absl::StatusOr<std::vector<uint32_t>> DecodeTombstoneFile(
-    absl::string_view bytes, int64_t num_docs, absl::string_view name,
-    std::string* corpus_id = nullptr);
-// The manifest carries its own id (Manifest::corpus_id).
-std::string EncodeManifest(const Manifest& manifest);
-absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
-                                        absl::string_view name);
-
-// The alias file of a data directory: alias -> corpus name.
-std::string EncodeAliases(const std::map<std::string, std::string>& aliases);
-absl::StatusOr<std::map<std::string, std::string>> DecodeAliases(
-    absl::string_view bytes, absl::string_view name);
-// Replaces `path` durably: writes path + ".tmp", fsyncs it, renames it over
-// `path` and fsyncs the directory. A failure before the rename leaves
-// `path` as it was and removes the ".tmp" file; one after it (the
-// directory's fsync) leaves `path` holding `data`, perhaps not durably, so
-// a caller that reports the failure writes the previous contents back.
-absl::Status ReplaceFileDurably(const std::string& path,
-                                absl::string_view data);
-
-// Whole-file I/O. WriteFileDurably writes, fsyncs and closes `path`
-// (replacing it), and removes it when that fails (so a full disk gets its
-// space back); SyncDirectory fsyncs a directory so that entries created or
-// renamed in it are durable.
-absl::Status WriteFileDurably(const std::string& path, absl::string_view data);
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
-absl::Status SyncDirectory(const std::string& dir);
 
 // The contents of a corpus directory, as Open() read them.
 struct StoredCorpus {
@@ -231,10 +156,6 @@ absl::StatusOr<int> RemovePartialSnapshots(const std::string& files_dir);
 // sorted.
 absl::StatusOr<std::vector<std::string>> ListCorpusDirectories(
     const std::string& corpora_dir);
-// mkdir -p.
-absl::Status MakeDirectories(const std::string& path);
-// The names in a directory (files and subdirectories, not . and ..).
-absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir);
 
 }  // namespace maxsimd
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpc/grpc_security_constants.h"
+#include "kernels/base/file_util.h"
 #include "kernels/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -76,48 +77,40 @@ absl::Status CheckSecretMode(const std::string& path, absl::string_view flag,
       path, "\"), or pass --allow_readable_secret_files to accept it"));
 }
 
-// The whole file at `path`; INVALID_ARGUMENT naming `flag` when it cannot
+// The whole file at `path`, through the project's reader
+// (kernels/base/file_util.h); INVALID_ARGUMENT naming `flag` when it cannot
 // be read, is empty or is larger than `max_bytes`. When `secret`, the file
 // opened must pass CheckSecretMode(allow_readable) first.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      absl::string_view flag, size_t max_bytes,
                                      bool secret, bool allow_readable) {
-  auto fail = [&](absl::string_view why) {
-    return CannotRead(flag, path, why);
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(std::strerror(errno));
-  if (secret) {
+  const int64_t limit = static_cast<int64_t>(max_bytes);
+  absl::StatusOr<std::string> out;
+  if (!secret) {
+    out = ReadFileToString(path, limit);
+  } else {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return CannotRead(flag, path, std::strerror(errno));
     // The mode of the file opened, not of whatever the path names by now.
     struct stat st;
     absl::Status mode =
         ::fstat(fd, &st) == 0
             ? CheckSecretMode(path, flag, st.st_mode, allow_readable)
-            : fail(std::strerror(errno));
+            : CannotRead(flag, path, std::strerror(errno));
     if (!mode.ok()) {
       ::close(fd);
       return mode;
     }
+    out = ReadOpenFileToString(fd, path, limit);
+    ::close(fd);
   }
-  std::string out;
-  char buf[8192];
-  while (true) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return fail(std::strerror(err));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_bytes) {
-      ::close(fd);
-      return fail(absl::StrCat("larger than ", max_bytes, " bytes"));
-    }
+  // The reader's message starts `cannot read "<path>": `, as CannotRead's
+  // does after the flag.
+  if (!out.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": ", out.status().message()));
   }
-  ::close(fd);
-  if (out.empty()) return fail("the file is empty");
+  if (out->empty()) return CannotRead(flag, path, "the file is empty");
   return out;
 }
 

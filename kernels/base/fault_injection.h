@@ -54,7 +54,7 @@ inline constexpr char kCpuAlloc[] = "cpu.alloc";
 // does: UNAVAILABLE, and the backend turns unhealthy (sticky).
 inline constexpr char kCpuSearch[] = "cpu.search";
 // The write(2), fsync(2) (of a file or a directory) and rename(2) of
-// index/storage.cc's durable files (segments, tombstones, codecs,
+// index/durable_file.cc's durable files (segments, tombstones, codecs,
 // manifests, aliases; corpus directories and snapshots) fail with ENOSPC,
 // as on a full disk.
 inline constexpr char kStorageWrite[] = "storage.write";
@@ -69,6 +69,8 @@ struct Schedule {
 
   static Schedule Once() { return {0, 1}; }
   static Schedule Always() { return {0, -1}; }
+  // No hit fails: the point only counts its hits (Hits()).
+  static Schedule CountOnly() { return {0, 0}; }
   // Only hit n (n >= 1) fails.
   static Schedule NthHit(int64_t n) { return {n - 1, 1}; }
 };

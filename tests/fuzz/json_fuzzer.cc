@@ -1,11 +1,11 @@
-// Fuzzes our JSON reader (index/json.h), which parses the metadata and
+// Fuzzes our JSON reader (kernels/base/json.h), which parses the metadata and
 // doclens files of PLAID indexes: the whole-document parser and the
 // integer-array fast path. When both accept an input, they must agree.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "index/json.h"
+#include "kernels/base/json.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

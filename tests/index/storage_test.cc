@@ -33,6 +33,7 @@
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/fault_skip.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/temp_dir.h"
 
 namespace maxsimd {
 namespace {
@@ -41,27 +42,7 @@ using ::maxsimd::testing::IsOk;
 using ::maxsimd::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// A fresh directory under $TEST_TMPDIR (or /tmp), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string pattern =
-        absl::StrCat(base != nullptr ? base : "/tmp", "/maxsimd_storageXXXXXX");
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    EXPECT_NE(mkdtemp(buf.data()), nullptr);
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    const std::string cmd = absl::StrCat("rm -rf '", path_, "'");
-    EXPECT_EQ(system(cmd.c_str()), 0);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::maxsimd::testing::TempDir;
 
 bool Exists(const std::string& path) {
   struct stat st;

@@ -32,6 +32,7 @@
 #include "tests/server/test_certs.h"
 #include "tests/support/captured_log.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/temp_dir.h"
 
 namespace maxsimd {
 namespace {
@@ -50,32 +51,19 @@ constexpr char kRotatedToken[] = "rotated-token-fedcba9876543210";
 constexpr char kQueryToken[] = "query-token-00112233445566778899";
 constexpr char kWrongToken[] = "wrong-token-aaaaaaaaaaaaaaaaaaaa";
 
-// A fresh directory for one test's files, removed with the object.
-class TempDir {
+// A fresh directory for one test's token files, removed with the object.
+class TokenDir : public ::maxsimd::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "maxsimd-auth-XXXXXX")
-            .string();
-    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
+  TokenDir() : TempDir("maxsimd-auth-") {}
   // Writes `text` to `name` in the directory with `mode` (private by
   // default, as the server wants token files) and returns its path.
   std::string Write(const std::string& name, const std::string& text,
                     mode_t mode = 0600) const {
-    const std::string path = absl::StrCat(path_, "/", name);
-    EXPECT_TRUE(WriteTestFile(path, text)) << path;
-    EXPECT_EQ(::chmod(path.c_str(), mode), 0) << path;
-    return path;
+    const std::string file = absl::StrCat(path(), "/", name);
+    EXPECT_TRUE(WriteTestFile(file, text)) << file;
+    EXPECT_EQ(::chmod(file.c_str(), mode), 0) << file;
+    return file;
   }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
 using ::maxsimd::testing::CapturedLog;
@@ -119,7 +107,7 @@ TEST(ConstantTimeEqualsTest, LengthsMustMatch) {
 // Token files
 
 TEST(ReadTokenFileTest, ReadsEveryTokenSkippingCommentsAndBlankLines) {
-  TempDir dir;
+  TokenDir dir;
   const std::string path =
       dir.Write("tokens", absl::StrCat("# rotation: new first\n\n  ",
                                        kRotatedToken, "  \r\n", kAdminToken));
@@ -130,7 +118,7 @@ TEST(ReadTokenFileTest, ReadsEveryTokenSkippingCommentsAndBlankLines) {
 }
 
 TEST(ReadTokenFileTest, UnreadableOrEmptyFilesNameTheFlagAndThePath) {
-  TempDir dir;
+  TokenDir dir;
   const std::string missing = dir.path() + "/missing";
   EXPECT_THAT(ReadTokenFile(missing, "admin_token_file", false),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -150,7 +138,7 @@ TEST(ReadTokenFileTest, UnreadableOrEmptyFilesNameTheFlagAndThePath) {
 }
 
 TEST(ReadTokenFileTest, BadTokensNameTheLineButNotTheToken) {
-  TempDir dir;
+  TokenDir dir;
   const std::string short_token = "short-secret";
   EXPECT_THAT(ReadTokenFile(dir.Write("short", absl::StrCat(kAdminToken, "\n",
                                                             short_token, "\n")),
@@ -179,7 +167,7 @@ std::string Octal(mode_t mode) {
 }
 
 TEST(SecretFileModeTest, OpenModesAreRefusedNamingFlagFileModeAndFixes) {
-  TempDir dir;
+  TokenDir dir;
   for (mode_t mode : kOpenModes) {
     const std::string path =
         dir.Write(absl::StrCat("tokens-", Octal(mode)), kAdminToken, mode);
@@ -196,7 +184,7 @@ TEST(SecretFileModeTest, OpenModesAreRefusedNamingFlagFileModeAndFixes) {
 }
 
 TEST(SecretFileModeTest, ASymlinkIsJudgedByItsTarget) {
-  TempDir dir;
+  TokenDir dir;
   const std::string open_target = dir.Write("open-target", kAdminToken, 0644);
   const std::string open_link = dir.path() + "/open-link";
   ASSERT_EQ(::symlink(open_target.c_str(), open_link.c_str()), 0);
@@ -227,7 +215,7 @@ TEST(SecretFileModeTest, ASymlinkIsJudgedByItsTarget) {
 }
 
 TEST(SecretFileModeTest, OwnerOnlyModesAreAccepted) {
-  TempDir dir;
+  TokenDir dir;
   for (mode_t mode : {0600, 0400, 0700}) {
     const std::string path =
         dir.Write(absl::StrCat("tokens-", Octal(mode)), kAdminToken, mode);
@@ -241,7 +229,7 @@ TEST(SecretFileModeTest, OwnerOnlyModesAreAccepted) {
 }
 
 TEST(SecretFileModeTest, AllowAcceptsOpenModesWithAWarning) {
-  TempDir dir;
+  TokenDir dir;
   for (mode_t mode : kOpenModes) {
     CapturedLog log(spdlog::level::warn);
     const std::string path =
@@ -260,7 +248,7 @@ TEST(SecretFileModeTest, AllowAcceptsOpenModesWithAWarning) {
 }
 
 TEST(SecretFileModeTest, AuthenticatorRefusesOpenTokenFilesUnlessAllowed) {
-  TempDir dir;
+  TokenDir dir;
   AuthOptions admin;
   admin.admin_token_file = dir.Write("admin", kAdminToken, 0644);
   EXPECT_THAT(Authenticator::Create(admin, false),
@@ -303,7 +291,7 @@ TEST_F(MakeServerCredentialsTest, GoodFilesMakeTlsAndMutualTls) {
 }
 
 TEST_F(MakeServerCredentialsTest, OpenKeyFileIsRefusedUnlessAllowed) {
-  TempDir dir;
+  TokenDir dir;
   const std::string key = ReadTestFile(certs_->server_key);
   ASSERT_FALSE(key.empty());
   TlsOptions tls;
@@ -332,7 +320,7 @@ TEST_F(MakeServerCredentialsTest, OpenKeyFileIsRefusedUnlessAllowed) {
 }
 
 TEST_F(MakeServerCredentialsTest, BadFilesNameTheFlag) {
-  TempDir dir;
+  TokenDir dir;
   const std::string missing = dir.path() + "/missing.pem";
   const std::string garbage = dir.Write("garbage.pem", "not a certificate\n");
   struct Case {
@@ -409,7 +397,7 @@ TEST(AuthenticatorTest, OpenWithoutCredentials) {
 }
 
 TEST(AuthenticatorTest, AdminTokenRules) {
-  TempDir dir;
+  TokenDir dir;
   AuthOptions o;
   o.admin_tokens = {kAdminToken};
   o.query_auth = QueryAuth::kToken;
@@ -456,7 +444,7 @@ TEST(AuthenticatorTest, AdminTokenRules) {
 }
 
 TEST(AuthenticatorTest, QueryTokenRules) {
-  TempDir dir;
+  TokenDir dir;
   AuthOptions o;
   o.admin_token_file = dir.Write("admin", kAdminToken);
   auto open_queries = MakeAuthenticator(o, /*mutual_tls=*/false);
@@ -527,7 +515,7 @@ TEST(AuthenticatorTest, ClientCertificateRules) {
 }
 
 TEST(AuthenticatorTest, CreateRefusesInconsistentOptions) {
-  TempDir dir;
+  TokenDir dir;
   AuthOptions names;
   names.admin_client_names = {"admin-client"};
   EXPECT_THAT(Authenticator::Create(names, /*mutual_tls=*/false),
@@ -667,7 +655,7 @@ class AuthServerTest : public ::testing::Test {
     admin_ = PlainClient(*server_, kAdminToken);
   }
 
-  TempDir dir_;
+  TokenDir dir_;
   std::unique_ptr<MaxsimServer> server_;
   std::unique_ptr<Client> admin_;
 };
@@ -831,7 +819,7 @@ TEST(AuthLogTest, TokensNeverReachTheLog) {
           std::chrono::steady_clock::now()) +
       std::chrono::seconds(1));
   CapturedLog log(spdlog::level::trace);
-  TempDir dir;
+  TokenDir dir;
   ServerOptions o = BaseOptions();
   o.auth.admin_token_file = dir.Write("admin", kAdminToken);
   o.auth.query_auth = QueryAuth::kToken;
@@ -875,7 +863,7 @@ TEST(AuthLogTest, TokensNeverReachTheLog) {
 }
 
 TEST(QueryAuthServerTest, QueriesNeedATokenWhenAsked) {
-  TempDir dir;
+  TokenDir dir;
   ServerOptions o = BaseOptions();
   o.auth.admin_token_file = dir.Write("admin", kAdminToken);
   o.auth.query_auth = QueryAuth::kToken;
@@ -917,7 +905,7 @@ TEST(QueryAuthServerTest, QueriesNeedATokenWhenAsked) {
 }
 
 TEST(AuthServerStartTest, BadTokenFileFailsStartNamingTheFlag) {
-  TempDir dir;
+  TokenDir dir;
   ServerOptions o = BaseOptions();
   o.auth.admin_token_file = dir.path() + "/no-such-file";
   EXPECT_THAT(MaxsimServer::Start(o),

@@ -1,7 +1,7 @@
-// The JSON reader of the importers' metadata files: the documents ColBERT
-// and fast-plaid write, escapes, numbers, and malformed input (DATA_LOSS
-// naming the file, never a crash).
-#include "index/json.h"
+// The JSON reader (kernels/base/json.h): the documents ColBERT and
+// fast-plaid write, escapes, numbers, malformed input (DATA_LOSS naming the
+// file, never a crash), and the messages of JSON embedded in another format.
+#include "kernels/base/json.h"
 
 #include <random>
 #include <string>
@@ -126,10 +126,23 @@ TEST(JsonTest, RandomMutationsNeverCrash) {
   }
 }
 
-TEST(JsonTest, MissingFileIsNotFound) {
-  EXPECT_THAT(ReadJsonFile("/nonexistent/metadata.json"),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("/nonexistent/metadata.json")));
+TEST(JsonTest, MessagesNameTheDocumentAndTheByte) {
+  EXPECT_THAT(ParseJson("[1, x]", "plan.json"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("JSON file 'plan.json': unexpected character "
+                                 "'x' at byte 4")));
+  EXPECT_THAT(ParseJson("{} x", "plan.json"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("bytes after the JSON value at byte 3")));
+  // Embedded in another format: the caller's context and value name.
+  EXPECT_THAT(ParseJsonIn("{\"a\": 1} x", "file f: header", "header object"),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("file f: header: bytes after the header "
+                                 "object at byte 9")));
+  absl::StatusOr<JsonValue> v = ParseJsonIn(" {\"a\": 1} ", "c", "v");
+  ASSERT_THAT(v, IsOk());
+  ASSERT_NE(v->Find("a"), nullptr);
+  EXPECT_EQ(v->Find("a")->integer, 1);
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
-#include "index/json.h"
+#include "kernels/base/json.h"
 
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "index/importers.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd {
@@ -35,14 +35,19 @@ void AppendUtf8(uint32_t cp, std::string* out) {
 
 class Parser {
  public:
-  Parser(absl::string_view text, absl::string_view name)
-      : text_(text), name_(name) {}
+  // `context` opens every message; `value_name` names the document's value
+  // in the message for bytes after it.
+  Parser(absl::string_view text, std::string context,
+         absl::string_view value_name)
+      : text_(text), context_(std::move(context)), value_name_(value_name) {}
 
   absl::StatusOr<JsonValue> Document() {
     JsonValue v;
     MAXSIMD_RETURN_IF_ERROR(Value(0, &v));
     SkipSpace();
-    if (at_ != text_.size()) return Error("bytes after the JSON value");
+    if (at_ != text_.size()) {
+      return Error(absl::StrCat("bytes after the ", value_name_));
+    }
     return v;
   }
 
@@ -60,14 +65,16 @@ class Parser {
       if (!Eat(']')) return Error("expected ',' or ']'");
     }
     SkipSpace();
-    if (at_ != text_.size()) return Error("bytes after the array");
+    if (at_ != text_.size()) {
+      return Error(absl::StrCat("bytes after the ", value_name_));
+    }
     return out;
   }
 
  private:
   absl::Status Error(absl::string_view what) const {
     return absl::DataLossError(
-        absl::StrCat("JSON file '", name_, "': ", what, " at byte ", at_));
+        absl::StrCat(context_, ": ", what, " at byte ", at_));
   }
   void SkipSpace() {
     while (at_ < text_.size() && IsSpace(text_[at_])) ++at_;
@@ -268,9 +275,15 @@ class Parser {
   }
 
   absl::string_view text_;
-  absl::string_view name_;
+  std::string context_;
+  absl::string_view value_name_;
   size_t at_ = 0;
 };
+
+// The messages of a whole JSON file.
+std::string FileContext(absl::string_view name) {
+  return absl::StrCat("JSON file '", name, "'");
+}
 
 }  // namespace
 
@@ -285,17 +298,18 @@ const JsonValue* JsonValue::Find(absl::string_view key) const {
 
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text,
                                     absl::string_view name) {
-  return Parser(text, name).Document();
+  return Parser(text, FileContext(name), "JSON value").Document();
 }
 
-absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path) {
-  MAXSIMD_ASSIGN_OR_RETURN(std::string text, ReadInputFile(path));
-  return ParseJson(text, path);
+absl::StatusOr<JsonValue> ParseJsonIn(absl::string_view text,
+                                      absl::string_view context,
+                                      absl::string_view value_name) {
+  return Parser(text, std::string(context), value_name).Document();
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseJsonInt64Array(
     absl::string_view text, absl::string_view name) {
-  return Parser(text, name).Int64Array();
+  return Parser(text, FileContext(name), "array").Int64Array();
 }
 
 }  // namespace maxsimd
