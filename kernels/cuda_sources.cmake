@@ -1,9 +1,13 @@
 # CUDA sources of maxsimd_kernels, included when MAXSIMD_WITH_CUDA is on.
 # The MaxSim kernels are instantiated one translation unit per (operation,
-# dtype), so a 2-core build compiles them in parallel; gpu_backend.cu is host
-# code that calls the launchers.
+# dtype), so a 2-core build compiles them in parallel; gpu/ is the GPU
+# backend's host code that calls the launchers.
 target_sources(maxsimd_kernels PRIVATE
-  gpu_backend.cu
+  gpu/gather_pipeline.cu
+  gpu/gpu_backend.cu
+  gpu/pipeline.cu
+  gpu/scan_pipeline.cu
+  gpu/worker.cu
   kmeans.cu
   maxsim_scan.cu
   maxsim_scan_fp16.cu

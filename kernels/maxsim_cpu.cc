@@ -287,7 +287,7 @@ absl::Status CpuBackend::Search(const SearchParams& params,
   if (timing != nullptr) timing->kernel_ns = NowNs() - start;
   if (status.ok() && MAXSIMD_FAULT_POINT(fault::kCpuSearch)) {
     // As the GPU backend after a kernel fault: the batch fails, and so does
-    // every later call (Sticky in gpu_backend.cu).
+    // every later call (Sticky in gpu/gpu_backend.cu).
     healthy_.store(false);
     return absl::UnavailableError(
         absl::StrCat("CpuBackend::Search: the search of ", params.num_queries,

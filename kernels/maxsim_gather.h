@@ -17,32 +17,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/launch_shapes.h"
 #include "kernels/types.h"
 
 namespace maxsimd {
-
-// One (query, candidate) pair. 16 bytes; the layout is shared with the
-// device code.
-struct GatherRecord {
-  const void* tokens = nullptr;  // device address of the document's token 0
-  int32_t len = 0;               // its token count
-  uint32_t position = 0;         // internal index minus the query's lowest
-                                 // candidate index: the tie-break order
-};
-static_assert(sizeof(GatherRecord) == 16, "device layout");
-
-// A block's work: records [rec_begin, rec_end), all of query `query`.
-struct GatherTile {
-  int32_t query = 0;
-  int32_t unused = 0;
-  int64_t rec_begin = 0;
-  int64_t rec_end = 0;
-};
-static_assert(sizeof(GatherTile) == 24, "device layout");
-
-// Records per tile: one per warp of a block, so that a small rerank spreads
-// over as many multiprocessors as possible.
-inline constexpr int kGatherRecordsPerTile = 8;
 
 struct GatherLaunchParams {
   DType dtype = DType::kFloat16;

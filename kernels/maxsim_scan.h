@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/launch_shapes.h"
 #include "kernels/types.h"
 
 namespace maxsimd {
@@ -21,10 +22,6 @@ namespace maxsimd {
 // Embedding widths with a specialised kernel; every other width takes the
 // general path (correct for any dim, slower).
 inline constexpr int kSpecialisedDims[] = {64, 96, 128, 256};
-
-// Elements per staged query row: dim rounded up to a multiple of 32, the
-// k-slab of the kernels; the padding columns are zero.
-inline int32_t PaddedDim(int32_t dim) { return (dim + 31) / 32 * 32; }
 
 // Query rows per pass a launch uses (16 * mt). Chosen by the caller from
 // the rows it must cover; ChooseRowTiles() picks 8 m-tiles (128 rows) when

@@ -10,6 +10,7 @@
 #include "kernels/base/status_macros.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/maxsim_tma.h"
+#include "kernels/plaid_qc.h"
 
 namespace maxsimd {
 namespace {

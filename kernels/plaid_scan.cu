@@ -47,7 +47,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/detail/tma.cuh"
-#include "kernels/maxsim_tma.h"
+#include "kernels/plaid_scan.h"
 
 namespace maxsimd {
 namespace {

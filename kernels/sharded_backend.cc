@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "kernels/base/status_macros.h"
+#include "kernels/topk_cpu.h"
 
 namespace maxsimd {
 
@@ -77,17 +78,9 @@ struct Part {
 // The shard's top-k lists of one query, merged into `out`.
 void MergeQuery(std::vector<Part>& parts, const std::vector<int>& active,
                 int query, int32_t top_k, std::vector<ScoredDoc>* out) {
-  if (active.size() == 1) {
-    *out = std::move(parts[active[0]].results[query]);
-    return;
-  }
   for (int s : active) {
-    const std::vector<ScoredDoc>& r = parts[s].results[query];
-    out->insert(out->end(), r.begin(), r.end());
+    MergeRanked(out, std::move(parts[s].results[query]), top_k);
   }
-  const size_t keep = std::min<size_t>(out->size(), top_k);
-  std::partial_sort(out->begin(), out->begin() + keep, out->end(), RanksBefore);
-  out->resize(keep);
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
 // Exact top-k selection on the host: a bounded heap in RanksBefore order
 // (higher score first, ties to the lower internal index).
 //
+// MergeRanked() merges ranked lists: a search's segments (the GPU backend's
+// per-segment results) and shards (ShardedBackend) alike.
+//
 // Thread-safety: one accumulator per thread; Merge() combines them.
 #ifndef MAXSIMD_KERNELS_TOPK_CPU_H_
 #define MAXSIMD_KERNELS_TOPK_CPU_H_
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "kernels/types.h"
@@ -50,6 +55,23 @@ class TopKAccumulator {
   int k_ = 0;
   std::vector<ScoredDoc> heap_;
 };
+
+// Merges `part` (in RanksBefore order) into `*into` (in that order too),
+// keeping the best `k`.
+inline void MergeRanked(std::vector<ScoredDoc>* into,
+                        std::vector<ScoredDoc> part, int64_t k) {
+  if (part.empty()) return;
+  if (into->empty()) {
+    *into = std::move(part);
+  } else {
+    std::vector<ScoredDoc> merged;
+    merged.reserve(into->size() + part.size());
+    std::merge(into->begin(), into->end(), part.begin(), part.end(),
+               std::back_inserter(merged), RanksBefore);
+    *into = std::move(merged);
+  }
+  if (static_cast<int64_t>(into->size()) > k) into->resize(k);
+}
 
 }  // namespace maxsimd
 

@@ -17,6 +17,7 @@
 #include "kernels/base/half.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/fault_skip.h"
+#include "tests/support/plaid_segment.h"
 
 namespace maxsimd {
 namespace {
@@ -325,6 +326,83 @@ TEST_F(GpuBackendFaultTest, MallocFaultIsResourceExhaustedAndNotSticky) {
   batch.refs = {d.ref};
   batch.AddQuery(query_, 5);
   ::maxsimd::testing::ExpectMatchesReference(*backend, batch, DType::kFloat16);
+}
+
+// Search() allocates nothing after Create(): the allocation fault point
+// counts every cudaMalloc of the backend (Schedule::CountOnly) while
+// scans and reranks of every layout run: float16 and bfloat16 (resident
+// and host-placed), int8 (both query modes, the int8 MMA included) and
+// PLAID at 1, 2 and 4 bits (the int8 MMA with its query-centroid table,
+// the warp scan, and the float16 decode).
+TEST_F(GpuBackendFaultTest, SearchAllocatesNothingForAnyLayout) {
+  auto backend = MakeGpuBackend();
+  ASSERT_NE(backend, nullptr);
+  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
+  constexpr int32_t kDim = 128;
+  std::vector<HostSegment> hosts;
+  std::vector<DeviceSegment> dense;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8}) {
+    hosts.push_back(RandomSegment(rng, 40, 1, 30, kDim, dtype, 0));
+  }
+  for (const HostSegment& h : hosts) dense.push_back(Upload(*backend, h));
+  dense.push_back(Upload(*backend, hosts[0], /*streamed=*/true));
+  std::vector<::maxsimd::testing::PlaidSegment> plaid_hosts;
+  std::vector<::maxsimd::testing::DevicePlaid> plaid;
+  for (int nbits : {1, 2, 4}) {
+    plaid_hosts.push_back(::maxsimd::testing::MakePlaidSegment(
+        kDim, nbits, 300, std::vector<int64_t>(40, 12), 7 + nbits));
+  }
+  for (const auto& h : plaid_hosts) {
+    plaid.push_back(::maxsimd::testing::UploadPlaid(*backend, h, 0));
+  }
+  // (segment, layout) of each search target.
+  std::vector<std::pair<SegmentRef, DType>> targets;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    targets.push_back({dense[i].ref, dense[i].ref.resident.dtype});
+  }
+  for (const auto& d : plaid) {
+    targets.push_back({d.ref, d.ref.resident.dtype});
+  }
+  const std::vector<float> small = RandomQuery(rng, 20, kDim);  // one tile
+  const std::vector<float> wide = RandomQuery(rng, 50, kDim);
+
+  fault::ScopedFault count(fault::kGpuMalloc, fault::Schedule::CountOnly());
+  int searches = 0;
+  for (const auto& [ref, dtype] : targets) {
+    if (!backend->SupportsDType(dtype, kDim)) continue;
+    for (bool quantize : {false, true}) {
+      if (quantize && dtype != DType::kInt8) continue;
+      for (bool rerank : {false, true}) {
+        // One query of one tile (the PLAID int8 MMA and warp scan), and
+        // two queries of two-warpgroup tiles (the float16 decode).
+        for (int queries : {1, 2}) {
+          Batch batch;
+          batch.dim = kDim;
+          batch.quantize_queries = quantize;
+          batch.refs = {ref};
+          batch.AddQuery(small, 10);
+          if (queries == 2) batch.AddQuery(wide, 5);
+          if (rerank) {
+            batch.candidates = {{0, 1},  {0, 4}, {0, 9}, {0, 16}, {0, 25},
+                                {0, 39}, {0, 2}, {0, 3}, {0, 5}};
+            batch.cand_offsets = {0, 6};
+            if (queries == 2) batch.cand_offsets.push_back(9);
+            batch.candidates.resize(batch.cand_offsets.back());
+          }
+          std::vector<std::vector<ScoredDoc>> got(queries);
+          ASSERT_TRUE(
+              backend->Search(batch.Params(), absl::MakeSpan(got), nullptr)
+                  .ok())
+              << DTypeName(dtype) << (rerank ? " rerank" : " scan");
+          EXPECT_FALSE(got[0].empty()) << DTypeName(dtype);
+          ++searches;
+        }
+      }
+    }
+  }
+  EXPECT_GE(searches, 8);
+  EXPECT_EQ(fault::Hits(fault::kGpuMalloc), 0)
+      << "cudaMalloc calls during " << searches << " searches";
 }
 
 TEST_F(GpuBackendFaultTest, MallocFaultAtCreationIsAnError) {

@@ -436,7 +436,7 @@ void ExpectPlaidSearch(
   const bool mma = UsesPlaidMma(options, batch, nbits);
   std::vector<std::vector<ScoredDoc>> want;
   if (mma) {
-    // The PLAID scan kernel at 2 bits (maxsim_tma.h PlaidScanApplies: one
+    // The PLAID scan kernel at 2 bits (plaid_scan.h PlaidScanApplies: one
     // tile, the warp scan on) holds its table as int16.
     const bool scan16 = batch.cand_offsets.empty() && options.plaid_warp_scan &&
                         PlaidUnitsInt16(nbits);
