@@ -28,50 +28,57 @@ PlaidSearchParams DefaultPlaidSearchParams(int32_t top_k) {
 
 namespace {
 
-// Q C^T: [lq, K], each cell an fp32 dot product over 16 independent
-// partial sums (which the compiler turns into SIMD lanes).
+// Query tokens per block of the product: a block's rows (16 KiB at dim
+// 128) stay in L1 while the centroids stream past them, once per block.
+constexpr int64_t kTokenBlock = 32;
+
+}  // namespace
+
+// Each cell is an fp32 dot product over 16 independent partial sums (which
+// the compiler turns into SIMD lanes), computed the same way in any block.
 MAXSIMD_TARGET_CLONES
-std::vector<float> CentroidScores(const PlaidCodec& codec, const float* query,
-                                  int64_t lq) {
+std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
+                                       const float* tokens, int64_t rows) {
   const int64_t k = codec.num_centroids;
   const int32_t dim = codec.dim;
-  std::vector<float> out(static_cast<size_t>(lq * k));
-  for (int64_t c = 0; c < k; ++c) {
-    const float* centroid = codec.centroids.data() + c * dim;
-    for (int64_t s = 0; s < lq; ++s) {
-      const float* q = query + s * dim;
-      constexpr int kLanes = 16;
-      float acc[kLanes] = {};
-      const int32_t main = dim - dim % kLanes;
-      for (int32_t j = 0; j < main; j += kLanes) {
-        for (int l = 0; l < kLanes; ++l) acc[l] += q[j + l] * centroid[j + l];
+  std::vector<float> out(static_cast<size_t>(rows * k));
+  for (int64_t s0 = 0; s0 < rows; s0 += kTokenBlock) {
+    const int64_t s1 = std::min(rows, s0 + kTokenBlock);
+    for (int64_t c = 0; c < k; ++c) {
+      const float* centroid = codec.centroids.data() + c * dim;
+      for (int64_t s = s0; s < s1; ++s) {
+        const float* q = tokens + s * dim;
+        constexpr int kLanes = 16;
+        float acc[kLanes] = {};
+        const int32_t main = dim - dim % kLanes;
+        for (int32_t j = 0; j < main; j += kLanes) {
+          for (int l = 0; l < kLanes; ++l) acc[l] += q[j + l] * centroid[j + l];
+        }
+        float dot = 0.f;
+        for (int l = 0; l < kLanes; ++l) dot += acc[l];
+        for (int32_t j = main; j < dim; ++j) dot += q[j] * centroid[j];
+        out[s * k + c] = dot;
       }
-      float dot = 0.f;
-      for (int l = 0; l < kLanes; ++l) dot += acc[l];
-      for (int32_t j = main; j < dim; ++j) dot += q[j] * centroid[j];
-      out[s * k + c] = dot;
     }
   }
   return out;
 }
 
-}  // namespace
+namespace {
 
-std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
-                                    const float* query, int64_t lq,
-                                    const PlaidSearchParams& params) {
+// Steps 2 to 4 for one query, given its rows of Q C^T: qc [lq, k].
+std::vector<DocRef> CandidatesFromRows(const CorpusSnapshot& snapshot,
+                                       const float* qc, int64_t lq, int64_t k,
+                                       const PlaidSearchParams& params) {
   std::vector<DocRef> out;
-  if (snapshot.codec() == nullptr || lq == 0) return out;
-  const PlaidCodec& codec = snapshot.codec()->codec();
-  const int64_t k = codec.num_centroids;
-  const std::vector<float> qc = CentroidScores(codec, query, lq);
+  if (lq == 0) return out;
 
   // 2. Each token's best cells.
   const int64_t probe = std::min<int64_t>(params.n_ivf_probe, k);
   std::vector<int32_t> cells;
   std::vector<int32_t> order(static_cast<size_t>(k));
   for (int64_t s = 0; s < lq; ++s) {
-    const float* row = qc.data() + s * k;
+    const float* row = qc + s * k;
     for (int64_t c = 0; c < k; ++c) order[c] = static_cast<int32_t>(c);
     std::partial_sort(order.begin(), order.begin() + probe, order.end(),
                       [row](int32_t a, int32_t b) {
@@ -132,6 +139,60 @@ std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
   out.reserve(keep);
   for (size_t i = 0; i < keep; ++i) out.push_back(found[i].ref);
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
+    const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
+    const float* scores) {
+  std::vector<std::vector<DocRef>> out(queries.size());
+  if (snapshot.codec() == nullptr) return out;
+  const int64_t k = snapshot.codec()->codec().num_centroids;
+  int64_t row = 0;
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const PlaidQuery& q = queries[i];
+    out[i] = CandidatesFromRows(snapshot, scores + row * k, q.lq, k, q.params);
+    row += q.lq;
+  }
+  return out;
+}
+
+std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
+    const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
+    PlaidBatchStats* stats) {
+  if (stats != nullptr) *stats = PlaidBatchStats{};
+  int64_t rows = 0;
+  for (const PlaidQuery& q : queries) rows += q.lq;
+  if (snapshot.codec() == nullptr || rows == 0) {
+    return std::vector<std::vector<DocRef>>(queries.size());
+  }
+  const PlaidCodec& codec = snapshot.codec()->codec();
+  // The batch's tokens stacked [rows, dim], unless one query holds them all.
+  std::vector<float> stacked;
+  const float* tokens = nullptr;
+  for (const PlaidQuery& q : queries) {
+    if (q.lq == rows) tokens = q.tokens;
+  }
+  if (tokens == nullptr) {
+    stacked.reserve(static_cast<size_t>(rows * codec.dim));
+    for (const PlaidQuery& q : queries) {
+      if (q.lq == 0) continue;  // its tokens may be null
+      stacked.insert(stacked.end(), q.tokens, q.tokens + q.lq * codec.dim);
+    }
+    tokens = stacked.data();
+  }
+  const std::vector<float> scores = PlaidCentroidScores(codec, tokens, rows);
+  if (stats != nullptr) stats->centroid_products = 1;
+  return PlaidCandidatesFromScores(snapshot, queries, scores.data());
+}
+
+std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
+                                    const float* query, int64_t lq,
+                                    const PlaidSearchParams& params) {
+  const PlaidQuery q{query, lq, params};
+  return std::move(
+      PlaidCandidatesBatch(snapshot, absl::MakeConstSpan(&q, 1)).front());
 }
 
 }  // namespace maxsimd

@@ -10,6 +10,14 @@
 // Ties in steps 2 and 4 go to the lower centroid id / internal index, so the
 // result is deterministic.
 //
+// Queries are generated in batches: step 1 for every query of a batch is one
+// product over their stacked tokens (PlaidCentroidScores), and steps 2 to 4
+// then run per query on its rows of that product (PlaidCandidatesFromScores).
+// A row's scores do not depend on the other rows, so a query gets the same
+// candidates alone or in any batch. The product is the part a device can
+// take over: a caller that computes Q C^T elsewhere passes its rows to
+// PlaidCandidatesFromScores.
+//
 // Thread-safety: pure functions over an immutable snapshot.
 #ifndef MAXSIMD_INDEX_PLAID_SEARCH_H_
 #define MAXSIMD_INDEX_PLAID_SEARCH_H_
@@ -17,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "index/corpus.h"
 #include "kernels/types.h"
 
@@ -36,9 +45,50 @@ inline constexpr int32_t kMaxFullScores = 1 << 16;
 // a quarter of ndocs exactly), and at least k.
 PlaidSearchParams DefaultPlaidSearchParams(int32_t top_k);
 
-// Steps 1 to 4 for one query ([lq, dim] fp32, already normalised where the
-// corpus asks) over `snapshot`, a PLAID corpus's. Empty when it has no
-// codec (no documents yet). REQUIRES: params within the limits above.
+// One query of a batch: `lq` tokens [lq, dim] fp32 (dim: the codec's),
+// already normalised where the corpus asks, not owned (they must outlive
+// the call). REQUIRES: params within the limits above.
+struct PlaidQuery {
+  const float* tokens = nullptr;
+  int64_t lq = 0;
+  PlaidSearchParams params;
+};
+
+// What one batch cost, for metrics.
+struct PlaidBatchStats {
+  // Q C^T products run: 1 for a batch with a codec and at least one token,
+  // else 0.
+  int64_t centroid_products = 0;
+};
+
+// Step 1: Q C^T of `rows` stacked query tokens ([rows, codec.dim] fp32,
+// row-major) against every centroid of `codec`: [rows, num_centroids] fp32,
+// row-major. Each cell is computed the same way whatever the other rows, so
+// a query's rows are the same in any batch.
+std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
+                                       const float* tokens, int64_t rows);
+
+// Steps 2 to 4 for each query of a batch over `snapshot`, a PLAID corpus's,
+// given the batch's Q C^T: `scores` [sum of queries[i].lq,
+// num_centroids], the rows of queries[0] first, then those of queries[1],
+// and so on. Returns each query's candidates, best centroid-only score
+// first, at most its n_full_scores; all empty when the snapshot has no
+// codec.
+std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
+    const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
+    const float* scores);
+
+// Steps 1 to 4 for a batch of queries over `snapshot`, a PLAID corpus's,
+// with one PlaidCentroidScores product for the whole batch. Returns one
+// candidate list per query, in order; all empty when the snapshot has no
+// codec (no documents yet), and empty for a query of no tokens. `stats`
+// (optional) receives what the batch ran.
+std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
+    const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
+    PlaidBatchStats* stats = nullptr);
+
+// PlaidCandidatesBatch for one query ([lq, dim] fp32): the same candidates
+// as that query gets in any batch.
 std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
                                     const float* query, int64_t lq,
                                     const PlaidSearchParams& params);

@@ -76,6 +76,20 @@ Metrics::Metrics(prometheus::Registry& registry,
                     .Help("Queries refused or withdrawn before they ran, by "
                           "reason.")
                     .Register(registry)),
+      plaid_products_(
+          prometheus::BuildCounter()
+              .Name("maxsimd_plaid_centroid_products_total")
+              .Help("Query-token by centroid products (Q C^T) run by PLAID "
+                    "candidate generation, one per executed batch that "
+                    "generates.")
+              .Register(registry)
+              .Add({})),
+      plaid_queries_(prometheus::BuildCounter()
+                         .Name("maxsimd_plaid_generated_queries_total")
+                         .Help("Queries whose candidates PLAID candidate "
+                               "generation found.")
+                         .Register(registry)
+                         .Add({})),
       serving_(prometheus::BuildGauge()
                    .Name("maxsimd_serving")
                    .Help("1 while health reports SERVING (corpora loaded, "
@@ -112,6 +126,11 @@ void Metrics::SetQueueDepth(int64_t queries, int64_t bytes) {
 
 void Metrics::CountRejected(const std::string& reason) {
   rejected_.Add({{"reason", reason}}).Increment();
+}
+
+void Metrics::CountPlaidGeneration(int64_t products, int64_t queries) {
+  plaid_products_.Increment(static_cast<double>(products));
+  plaid_queries_.Increment(static_cast<double>(queries));
 }
 
 void Metrics::SetServing(bool serving) { serving_.Set(serving ? 1 : 0); }

@@ -40,8 +40,10 @@ class Metrics {
   void ObserveRequest(const std::string& method, const std::string& code,
                       double seconds);
   // Time one query spent in a pipeline stage: "queue" (Submit to batch
-  // start), "compute" (the batch's backend search), its parts "h2d",
-  // "kernel", "topk", "d2h", and "total" (Submit to answer).
+  // start), "compute" (the batch's PLAID candidate generation, if any, and
+  // backend search), its parts "generate" (PLAID candidate generation, for
+  // the queries that had it), "h2d", "kernel", "topk", "d2h", and "total"
+  // (Submit to answer).
   void ObserveStage(const std::string& stage, double seconds);
   void ObserveBatch(int num_queries);
   // Queries waiting for an executor, and their decoded query bytes.
@@ -51,6 +53,10 @@ class Metrics {
   // "max_queued_queries_per_corpus", "max_queued_bytes_per_corpus"), or
   // "deadline", "cancelled", "draining".
   void CountRejected(const std::string& reason);
+  // One PLAID candidate generation run by an executor for a batch:
+  // `products` Q C^T products (maxsimd_plaid_centroid_products_total) for
+  // `queries` queries (maxsimd_plaid_generated_queries_total).
+  void CountPlaidGeneration(int64_t products, int64_t queries);
   // maxsimd_serving: 1 while health reports SERVING (configured corpora
   // loaded, backend healthy, not draining), else 0.
   void SetServing(bool serving);
@@ -63,6 +69,8 @@ class Metrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& queue_bytes_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Counter& plaid_products_;
+  prometheus::Counter& plaid_queries_;
   prometheus::Gauge& serving_;
 };
 

@@ -116,13 +116,14 @@ absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
 
 namespace {
 
-// A PLAID corpus's request without candidates: its candidates from
-// PLAID's candidate generation, unless it asks for an exhaustive scan.
-absl::Status GeneratePlaidCandidates(const v1::RerankRequest& req,
-                                     const CorpusSnapshot& snapshot,
-                                     const RequestLimits& limits,
-                                     absl::string_view field,
-                                     DecodedQuery* out) {
+// A PLAID corpus's request without candidates: validates its `plaid` field
+// and records the candidate generation it asks for in out->plaid_search,
+// for the executor that runs its batch (server/scheduler.h), unless it asks
+// for an exhaustive scan.
+absl::Status ResolvePlaidSearch(const v1::RerankRequest& req,
+                                const CorpusSnapshot& snapshot,
+                                const RequestLimits& limits,
+                                absl::string_view field, DecodedQuery* out) {
   const CorpusConfig& config = snapshot.config();
   const bool plaid = config.layout == Layout::kPlaid;
   if (!req.has_plaid() && !(plaid && out->scan)) return absl::OkStatus();
@@ -158,8 +159,7 @@ absl::Status GeneratePlaidCandidates(const v1::RerankRequest& req,
   // would return fewer than top_k results.
   params.n_full_scores =
       std::min(std::max(params.n_full_scores, out->top_k), max_full);
-  out->candidates =
-      PlaidCandidates(snapshot, out->tokens.data(), out->num_tokens, params);
+  out->plaid_search = params;
   out->scan = false;
   return absl::OkStatus();
 }
@@ -248,7 +248,7 @@ absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
     if (seen.Insert(ref)) out.candidates.push_back(ref);
   }
   MAXSIMD_RETURN_IF_ERROR(
-      GeneratePlaidCandidates(req, snapshot, limits, field, &out));
+      ResolvePlaidSearch(req, snapshot, limits, field, &out));
   return out;
 }
 

@@ -1,5 +1,10 @@
 // Validation and decoding of query requests: turns a RerankRequest into the
 // fp32 query tokens, resolved candidates and top_k that a search batch takes.
+// A PLAID corpus's query without candidates is validated here but its
+// candidates are not generated: the decoded query records the generation
+// it asks for (DecodedQuery::plaid_search), which an executor runs for its
+// whole batch (server/scheduler.h), so decoding stays cheap enough for a
+// handler thread that never blocks.
 //
 // Every error is a Status whose message starts with the field path
 // (e.g. "queries[2].query.shape") and states the limit it broke. Nothing
@@ -10,12 +15,14 @@
 #define MAXSIMD_SERVER_REQUEST_DECODER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "index/corpus.h"
+#include "index/plaid_search.h"
 #include "maxsimd/v1/reranker.pb.h"
 #include "maxsimd/v1/types.pb.h"
 
@@ -47,6 +54,12 @@ struct DecodedQuery {
   int64_t num_tokens = 0;
   bool scan = true;                // false: rerank `candidates`
   std::vector<DocRef> candidates;  // de-duplicated, first occurrence kept
+  // Set for a PLAID corpus's query without candidate_ids (and not
+  // plaid.exhaustive): a rerank (scan false) whose `candidates`, empty
+  // until then, PLAID candidate generation finds with these parameters
+  // (n_full_scores already in [top_k, min(kMaxFullScores,
+  // max_candidates)]) when its batch runs.
+  std::optional<PlaidSearchParams> plaid_search;
   int32_t top_k = kDefaultTopK;
   int32_t priority = 0;  // in [-kMaxPriority, kMaxPriority]
 };
@@ -72,10 +85,12 @@ absl::StatusOr<TensorView> DecodeTensor(const maxsimd::v1::Tensor& tensor,
                                         absl::string_view field);
 
 // Validates and decodes one request against the corpus snapshot it will run
-// on. `field` prefixes error messages ("" for a top-level request).
+// on. `field` prefixes error messages ("" for a top-level request). Cheap:
+// never searches the corpus beyond looking candidate ids up.
 // Errors: INVALID_ARGUMENT (shape, dtype, length, values, limits; for an
-// int8 corpus that rounds queries to float16, values past its range),
-// NOT_FOUND (a candidate id that is not a live document).
+// int8 corpus that rounds queries to float16, values past its range; the
+// `plaid` field on a corpus that is not LAYOUT_PLAID, with candidate_ids, or
+// out of range), NOT_FOUND (a candidate id that is not a live document).
 absl::StatusOr<DecodedQuery> DecodeQuery(const maxsimd::v1::RerankRequest& req,
                                          const CorpusSnapshot& snapshot,
                                          const RequestLimits& limits,

@@ -7,8 +7,11 @@
 //
 // A handler never blocks: it validates and decodes the request against the
 // corpus snapshot current at arrival, submits QueryTasks to the scheduler
-// and returns. The scheduler's executor calls each task's `done`, which fills
-// the response and Finish()es the RPC (see scheduler.h for who owns a
+// and returns. It searches nothing: a PLAID query without candidates is
+// submitted with its search parameters only (DecodedQuery::plaid_search),
+// and the executor that takes it generates the candidates of its whole
+// batch at once. The scheduler's executor calls each task's `done`, which
+// fills the response and Finish()es the RPC (see scheduler.h for who owns a
 // request at each step). A request that fails validation or is refused by
 // the scheduler is finished at once and nothing is queued. When the client
 // cancels a call (or its deadline passes), the reactor's OnCancel (for
@@ -85,9 +88,10 @@ class RerankerService final
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* RerankStream(
       grpc::CallbackServerContext* ctx) override;
 
-  // Decodes one request into a task (without `done`). `field` prefixes
-  // error messages; `ctx` gives the deadline; `cancel_key` is the call's
-  // Scheduler cancel key and `is_cancelled` tells whether the call is
+  // Decodes one request into a task (without `done`); cheap enough for a
+  // handler thread (DecodeQuery generates no PLAID candidates). `field`
+  // prefixes error messages; `ctx` gives the deadline; `cancel_key` is the
+  // call's Scheduler cancel key and `is_cancelled` tells whether the call is
   // cancelled.
   absl::StatusOr<QueryTask> Prepare(const v1::RerankRequest& request,
                                     absl::string_view field,

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "index/plaid_search.h"
 
 namespace maxsimd {
 namespace {
@@ -14,7 +15,12 @@ int64_t TaskBytes(const QueryTask& t) {
   return static_cast<int64_t>(t.query.tokens.size() * sizeof(float));
 }
 
+// Candidates a task brings to a batch: a PLAID query waiting for candidate
+// generation counts the most it can be given.
 int64_t TaskCandidates(const QueryTask& t) {
+  if (t.query.plaid_search.has_value()) {
+    return t.query.plaid_search->n_full_scores;
+  }
   return static_cast<int64_t>(t.query.candidates.size());
 }
 
@@ -524,6 +530,35 @@ void Scheduler::EndRunningScan(absl::Time expected_end,
   if (options_.max_running_scans > 0) BumpGenerationLocked();
 }
 
+void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
+                                        std::vector<Entry>* live) {
+  std::vector<PlaidQuery> queries;
+  std::vector<DecodedQuery*> targets;
+  for (Entry& e : *live) {
+    DecodedQuery& q = e.task.query;
+    if (!q.plaid_search.has_value()) continue;
+    queries.push_back({q.tokens.data(), q.num_tokens, *q.plaid_search});
+    targets.push_back(&q);
+  }
+  if (queries.empty()) return;
+  const absl::Time begin = clock_->Now();
+  PlaidBatchStats stats;
+  std::vector<std::vector<DocRef>> found =
+      PlaidCandidatesBatch(snapshot, queries, &stats);
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - begin);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i]->candidates = std::move(found[i]);
+    targets[i]->plaid_search.reset();
+  }
+  if (metrics_) {
+    metrics_->CountPlaidGeneration(stats.centroid_products,
+                                   static_cast<int64_t>(queries.size()));
+    for (size_t i = 0; i < queries.size(); ++i) {
+      metrics_->ObserveStage("generate", seconds);
+    }
+  }
+}
+
 void Scheduler::RunBatch(Batch batch, absl::Time start) {
   // A scan batch counts as running until the backend returns (or until
   // it turns out to have nothing to run): each path below ends it once.
@@ -550,6 +585,7 @@ void Scheduler::RunBatch(Batch batch, absl::Time start) {
   }
 
   const CorpusSnapshot& snapshot = *live.front().task.snapshot;
+  GeneratePlaidCandidates(snapshot, &live);
   SearchBatch search;
   search.dim = snapshot.config().dim;
   search.quantize_queries = snapshot.config().quantize_queries;
@@ -570,7 +606,8 @@ void Scheduler::RunBatch(Batch batch, absl::Time start) {
   std::vector<std::vector<ScoredDoc>> results(live.size());
   SearchTiming timing;
   // A rerank batch without a single candidate (PLAID candidate generation
-  // can find none) ranks nothing: no launch.
+  // can find none, e.g. before a corpus has documents) ranks nothing: no
+  // launch.
   const bool nothing = rerank && search.candidates.empty();
   const absl::Status status =
       nothing ? absl::OkStatus()

@@ -5,27 +5,46 @@
 // Ownership of a request, step by step:
 //   1. The transport (a gRPC reactor) validates and decodes the request, then
 //      hands its QueryTasks to Submit(). If Submit() fails, nothing was
-//      queued and the transport still owns the request and answers it.
+//      queued and the transport still owns the request and answers it. A
+//      PLAID query without candidates arrives with only its search
+//      parameters (DecodedQuery::plaid_search) and no candidates: nothing
+//      is searched on the transport's thread.
 //   2. Once Submit() succeeds the scheduler owns the tasks: exactly one call
 //      of each task's `done` will follow, with the ranking,
 //      DEADLINE_EXCEEDED (the deadline passed, or is nearer than
 //      min_execution_time, while queued: the query never runs), CANCELLED,
-//      or the backend's error. `done` runs on an executor thread, except for
-//      tasks withdrawn by Cancel(), whose `done` runs on Cancel()'s caller.
-//   3. `done` hands the result back to the transport, which finishes the RPC.
+//      or the backend's error. A task answered DEADLINE_EXCEEDED or
+//      CANCELLED never runs, PLAID candidate generation included. `done`
+//      runs on an executor thread, except for tasks withdrawn by Cancel(),
+//      whose `done` runs on Cancel()'s caller.
+//   3. The executor that takes a batch owns its tasks: it answers the
+//      cancelled ones, runs PLAID candidate generation for the others that
+//      need it (filling their candidates), then the backend search.
+//   4. `done` hands the result back to the transport, which finishes the RPC.
 //
 // Queues and batching: there is one queue per corpus (by corpus name), split
 // into a scan lane and a rerank lane, because scan and rerank queries never
 // share a backend search. Within a lane, tasks are ordered by priority
 // (higher first) and then by submission order; the tasks of one Submit() call
 // (of one priority) are adjacent, so they stay together when they fit in one
-// batch. A lane is
-// ready when it holds max_batch_queries queries, or max_batch_tokens query
-// tokens, or its oldest task has waited max_queue_delay (0: at once), or the
-// scheduler is shutting down. An executor then takes the lane's first task
-// and the tasks after it that read the same corpus snapshot, and stops at
-// the first one that would take the batch over any of those limits or the
-// backend's.
+// batch. A lane is ready when it holds max_batch_queries queries, or
+// max_batch_tokens query tokens, or the backend's max_batch_candidates
+// candidates, or its oldest task has waited max_queue_delay (0: at once),
+// or the scheduler is shutting down. An executor then takes the lane's
+// first task and the tasks after it that read the same corpus snapshot, and
+// stops at the first one that would take the batch over any of those limits
+// or the backend's.
+//
+// PLAID candidate generation: a PLAID query without candidates is a rerank
+// whose candidates are found when its batch runs, so it waits in the rerank
+// lane and counts its n_full_scores (the most candidates generation can
+// give it) wherever the lane and batch limits count candidates: its batch
+// stays within max_batch_candidates once generated. The executor runs one
+// PlaidCandidatesBatch (index/plaid_search.h: one Q C^T product over the
+// stacked tokens of all of them) for all such queries of the batch, after
+// the batch's deadline and cancellation checks and without mu_, over the
+// batch's snapshot (a batch reads one), then ranks them with the batch's
+// other reranks. Its time is part of the batch's compute time.
 //
 // Scan admission: with max_running_scans > 0, no scan lane is ready while
 // that many scan batches are inside the backend. A scan batch fills the
@@ -95,8 +114,9 @@ struct RankedDocument {
 // on the scheduler's clock).
 struct QueryOutcome {
   std::vector<RankedDocument> results;
-  int64_t queue_ns = 0;    // Submit() to the start of its batch
-  int64_t compute_ns = 0;  // the batch's backend search
+  int64_t queue_ns = 0;  // Submit() to the start of its batch
+  // The batch's PLAID candidate generation (if any) and backend search.
+  int64_t compute_ns = 0;
   int64_t h2d_ns = 0;
   int64_t kernel_ns = 0;
   int64_t topk_ns = 0;
@@ -277,6 +297,11 @@ class Scheduler {
 
   // Answers DEADLINE_EXCEEDED to tasks swept at `now`. Called without mu_.
   void AnswerExpired(std::vector<Entry> expired, absl::Time now);
+  // Runs PLAID candidate generation, one PlaidCandidatesBatch over
+  // `snapshot` (the batch's), for the tasks of *live that need it, and
+  // fills their candidates. Called without mu_.
+  void GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
+                               std::vector<Entry>* live);
   void RunBatch(Batch batch, absl::Time start);
 
   Backend* const backend_;

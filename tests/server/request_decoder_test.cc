@@ -1,12 +1,16 @@
 // One test per bad query input: each gets the documented code and a message
-// that names the field.
+// that names the field. And a PLAID query without candidates: decoded to a
+// rerank whose candidate generation is recorded, not run.
 #include "server/request_decoder.h"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "index/plaid_search.h"
+#include "index/synthetic.h"
 #include "kernels/base/half.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/status_matchers.h"
@@ -246,6 +250,174 @@ TEST_F(RequestDecoderTest, NormalizesSubnormalQueryRowsToFiniteUnitRows) {
   EXPECT_EQ(q->tokens[1], 0.f);
   EXPECT_FLOAT_EQ(q->tokens[2], -std::sqrt(0.5f));
   EXPECT_EQ(q->tokens[3], 0.f);
+}
+
+// A PLAID corpus "p" of dim 16 with documents (so with a codec), and a
+// request for it: a query close to one of its documents.
+class PlaidRequestDecoderTest : public RequestDecoderTest {
+ protected:
+  PlaidRequestDecoderTest() {
+    CorpusConfig c;
+    c.name = "p";
+    c.dim = 16;
+    c.layout = Layout::kPlaid;
+    c.storage_dtype = DType::kPlaid2;
+    c.normalize = true;
+    c.plaid_centroids = 16;
+    plaid_ = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+    SyntheticCorpusOptions o;
+    o.num_docs = 200;
+    o.dim = 16;
+    o.min_tokens = 2;
+    o.max_tokens = 10;
+    o.num_clusters = 16;
+    synth_ = GenerateSyntheticCorpus(o);
+    std::vector<int32_t> counts;
+    for (size_t i = 0; i + 1 < synth_.cu_seqlens.size(); ++i) {
+      counts.push_back(static_cast<int32_t>(synth_.cu_seqlens[i + 1] -
+                                            synth_.cu_seqlens[i]));
+    }
+    DocumentBuilder b(c, CorpusLimits{});
+    EXPECT_THAT(b.Add(synth_.ids, counts, synth_.tokens.data(),
+                      synth_.cu_seqlens.back(), DType::kFloat32, "docs"),
+                IsOk());
+    EXPECT_THAT(plaid_->Append(b.Take()), IsOk());
+    limits_.max_candidates = 100;
+  }
+
+  v1::RerankRequest PlaidRequest() {
+    query_ = GenerateQueryForDocument(synth_, 5, 4, 0.2f, 1);
+    v1::RerankRequest r;
+    r.set_corpus("p");
+    r.mutable_query()->set_dtype(v1::DTYPE_FLOAT32);
+    r.mutable_query()->add_shape(4);
+    r.mutable_query()->add_shape(16);
+    r.mutable_query()->set_data(query_.data(), query_.size() * sizeof(float));
+    return r;
+  }
+
+  absl::StatusOr<DecodedQuery> DecodePlaid(const v1::RerankRequest& r,
+                                           absl::string_view field = "") {
+    return DecodeQuery(r, *plaid_->Snapshot(), limits_, field);
+  }
+
+  std::shared_ptr<Corpus> plaid_;
+  SyntheticCorpus synth_;
+  std::vector<float> query_;
+};
+
+// A PLAID query without candidates decodes to a rerank whose candidates are
+// still to be generated (by the scheduler's executor), with the parameters
+// resolved: defaults by top_k, given values, n_full_scores at least top_k
+// and at most --max_candidates. Generation would find candidates here, so
+// empty candidates mean decoding generated none.
+TEST_F(PlaidRequestDecoderTest, RecordsTheSearchWithoutGeneratingCandidates) {
+  auto q = DecodePlaid(PlaidRequest());
+  ASSERT_THAT(q, IsOk());
+  EXPECT_FALSE(q->scan);
+  EXPECT_TRUE(q->candidates.empty());
+  ASSERT_TRUE(q->plaid_search.has_value());
+  EXPECT_EQ(q->plaid_search->n_ivf_probe,
+            DefaultPlaidSearchParams(kDefaultTopK).n_ivf_probe);
+  EXPECT_EQ(q->plaid_search->n_full_scores,
+            DefaultPlaidSearchParams(kDefaultTopK).n_full_scores);
+  EXPECT_FALSE(PlaidCandidates(*plaid_->Snapshot(), q->tokens.data(),
+                               q->num_tokens, *q->plaid_search)
+                   .empty());
+
+  v1::RerankRequest r = PlaidRequest();
+  r.mutable_plaid()->set_n_ivf_probe(3);
+  r.mutable_plaid()->set_n_full_scores(40);
+  q = DecodePlaid(r);
+  ASSERT_THAT(q, IsOk());
+  ASSERT_TRUE(q->plaid_search.has_value());
+  EXPECT_TRUE(q->candidates.empty());
+  EXPECT_EQ(q->plaid_search->n_ivf_probe, 3);
+  EXPECT_EQ(q->plaid_search->n_full_scores, 40);
+
+  // Fewer than top_k are raised to top_k; the default is capped by
+  // --max_candidates.
+  r.set_top_k(60);
+  q = DecodePlaid(r);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->plaid_search->n_full_scores, 60);
+  r.mutable_plaid()->set_n_full_scores(0);
+  r.set_top_k(50);  // default ndocs 1024: n_full_scores 256, over 100
+  q = DecodePlaid(r);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ(q->plaid_search->n_full_scores, 100);
+
+  // Exhaustive: a scan, nothing to generate.
+  r = PlaidRequest();
+  r.mutable_plaid()->set_exhaustive(true);
+  q = DecodePlaid(r);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_TRUE(q->scan);
+  EXPECT_FALSE(q->plaid_search.has_value());
+
+  // Candidate ids of a PLAID corpus: reranked as given.
+  r = PlaidRequest();
+  r.add_candidate_ids(synth_.ids[3]);
+  q = DecodePlaid(r);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_FALSE(q->scan);
+  EXPECT_EQ(q->candidates.size(), 1u);
+  EXPECT_FALSE(q->plaid_search.has_value());
+
+  // A dense corpus's scan has no PLAID search.
+  q = Decode(Request());
+  ASSERT_THAT(q, IsOk());
+  EXPECT_TRUE(q->scan);
+  EXPECT_FALSE(q->plaid_search.has_value());
+}
+
+// Every refusal of the plaid field, with its code and message.
+TEST_F(PlaidRequestDecoderTest, RefusesThePlaidFieldWhereItDoesNotApply) {
+  v1::RerankRequest dense = Request();
+  dense.mutable_plaid()->set_n_ivf_probe(2);
+  EXPECT_THAT(Decode(dense),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("plaid is set; corpus \"c\" is not a "
+                                 "LAYOUT_PLAID corpus")));
+  dense.mutable_plaid()->Clear();
+  dense.mutable_plaid()->set_exhaustive(true);
+  EXPECT_THAT(Decode(dense), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("plaid is set; corpus")));
+
+  v1::RerankRequest with_ids = PlaidRequest();
+  with_ids.add_candidate_ids(synth_.ids[0]);
+  with_ids.mutable_plaid()->set_n_ivf_probe(2);
+  EXPECT_THAT(DecodePlaid(with_ids, "queries[2]"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("queries[2].plaid is set with candidate_ids; "
+                                 "it applies only to a request without "
+                                 "them")));
+
+  for (int32_t probe : {-1, kMaxIvfProbe + 1}) {
+    v1::RerankRequest r = PlaidRequest();
+    r.mutable_plaid()->set_n_ivf_probe(probe);
+    EXPECT_THAT(DecodePlaid(r),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("plaid.n_ivf_probe is ", probe,
+                                                "; must be in [1, 1024] (0: "
+                                                "the default)"))));
+  }
+  for (int32_t full : {-1, 101}) {
+    v1::RerankRequest r = PlaidRequest();
+    r.mutable_plaid()->set_n_full_scores(full);
+    EXPECT_THAT(DecodePlaid(r),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat(
+                             "plaid.n_full_scores is ", full,
+                             "; must be in [1, 100] (0: the default; "
+                             "--max_candidates bounds it)"))));
+  }
+  // Checks that come before the plaid field's still come first.
+  v1::RerankRequest r = PlaidRequest();
+  r.set_top_k(1000);
+  r.mutable_plaid()->set_n_full_scores(-1);
+  EXPECT_THAT(DecodePlaid(r), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("top_k is 1000")));
 }
 
 }  // namespace

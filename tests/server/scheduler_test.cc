@@ -1,10 +1,12 @@
 // Scheduler: batching window (size, tokens, delay), deadlines, cancellation,
-// priority, queue limits, fairness between corpora, and draining. Timing is
-// driven by a fake clock; the backend records every batch it ran and can be
-// held shut so that a test controls when an executor is busy.
+// priority, queue limits, fairness between corpora, draining, and PLAID
+// candidate generation run per batch. Timing is driven by a fake clock; the
+// backend records every batch it ran and can be held shut so that a test
+// controls when an executor is busy.
 #include "server/scheduler.h"
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/synthetic.h"
 #include "kernels/maxsim_cpu.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
@@ -42,11 +45,24 @@ class TestBackend final : public testing::ForwardingBackend {
     int32_t num_queries = 0;
     int32_t dim = 0;
     bool rerank = false;
+    int64_t candidates = 0;  // of the whole batch
     std::vector<int32_t> top_k;
   };
 
-  TestBackend() : ForwardingBackend(CpuBackend::Create({}).value()) {}
+  TestBackend() : ForwardingBackend(CpuBackend::Create({}).value()) {
+    cpu_ = &inner();
+  }
   std::string name() const override { return "test"; }
+  const BackendLimits& limits() const override {
+    return limits_ ? *limits_ : ForwardingBackend::limits();
+  }
+  // Limits to report instead of the CPU backend's; set before a scheduler
+  // reads them (at construction).
+  void SetLimits(const BackendLimits& l) { limits_ = l; }
+  // The CPU backend's, so that PLAID corpora can be made on this one.
+  bool SupportsDType(DType dtype, int32_t dim) const override {
+    return cpu_->SupportsDType(dtype, dim);
+  }
   absl::Status Search(const SearchParams& p,
                       absl::Span<std::vector<ScoredDoc>> r,
                       SearchTiming* t) override {
@@ -59,6 +75,7 @@ class TestBackend final : public testing::ForwardingBackend {
       c.num_queries = p.num_queries;
       c.dim = p.dim;
       c.rerank = p.candidate_offsets != nullptr;
+      if (c.rerank) c.candidates = p.candidate_offsets[p.num_queries];
       c.top_k.assign(p.top_k, p.top_k + p.num_queries);
       calls_.push_back(std::move(c));
     }
@@ -115,6 +132,8 @@ class TestBackend final : public testing::ForwardingBackend {
   }
 
  private:
+  const Backend* cpu_ = nullptr;  // the wrapped backend
+  std::optional<BackendLimits> limits_;
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   int entered_ ABSL_GUARDED_BY(mu_) = 0;
@@ -197,6 +216,70 @@ class SchedulerTest : public ::testing::Test {
     return o;
   }
 
+  // A PLAID corpus "p" of dim 16: 300 synthetic documents over 16
+  // centroids, kept in plaid_synth_.
+  std::shared_ptr<Corpus> MakePlaidCorpus() {
+    CorpusConfig c;
+    c.name = "p";
+    c.dim = 16;
+    c.layout = Layout::kPlaid;
+    c.storage_dtype = DType::kPlaid2;
+    c.normalize = true;
+    c.plaid_centroids = 16;
+    auto corpus = Corpus::Create(c, CorpusLimits{}, &backend_).value();
+    SyntheticCorpusOptions o;
+    o.num_docs = 300;
+    o.dim = 16;
+    o.min_tokens = 2;
+    o.max_tokens = 12;
+    o.num_clusters = 16;
+    plaid_synth_ = GenerateSyntheticCorpus(o);
+    std::vector<int32_t> counts;
+    for (size_t i = 0; i + 1 < plaid_synth_.cu_seqlens.size(); ++i) {
+      counts.push_back(static_cast<int32_t>(plaid_synth_.cu_seqlens[i + 1] -
+                                            plaid_synth_.cu_seqlens[i]));
+    }
+    DocumentBuilder b(c, CorpusLimits{});
+    EXPECT_THAT(b.Add(plaid_synth_.ids, counts, plaid_synth_.tokens.data(),
+                      plaid_synth_.cu_seqlens.back(), DType::kFloat32, "docs"),
+                IsOk());
+    EXPECT_THAT(corpus->Append(b.Take()), IsOk());
+    return corpus;
+  }
+
+  // A PLAID query of 4 tokens near document `doc` of `corpus` (from
+  // MakePlaidCorpus), as DecodeQuery leaves it: a rerank whose candidates
+  // are still to be generated. Tagged by `top_k`.
+  QueryTask PlaidTask(Result* r, const std::shared_ptr<Corpus>& corpus,
+                      int64_t doc, int32_t top_k, int32_t n_full_scores = 30) {
+    QueryTask t;
+    t.snapshot = corpus->Snapshot();
+    t.query.tokens = GenerateQueryForDocument(plaid_synth_, doc, 4, 0.2f, doc);
+    t.query.num_tokens = 4;
+    t.query.top_k = top_k;
+    t.query.scan = false;
+    t.query.plaid_search = PlaidSearchParams{2, n_full_scores};
+    t.done = [r](absl::StatusOr<QueryOutcome> out) {
+      r->out = std::move(out);
+      r->done.Notify();
+    };
+    return t;
+  }
+
+  // The value of an unlabelled counter family.
+  double Counter(const std::string& name) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name == name && !f.metric.empty()) {
+        return f.metric.front().counter.value;
+      }
+    }
+    return -1;
+  }
+  double Products() { return Counter("maxsimd_plaid_centroid_products_total"); }
+  double Generated() {
+    return Counter("maxsimd_plaid_generated_queries_total");
+  }
+
   double Rejected(const std::string& reason) {
     for (const prometheus::MetricFamily& f : registry_.Collect()) {
       if (f.name != "maxsimd_rejected_total") continue;
@@ -215,6 +298,7 @@ class SchedulerTest : public ::testing::Test {
   Metrics metrics_;
   TestBackend backend_;
   std::shared_ptr<Corpus> corpus_;
+  SyntheticCorpus plaid_synth_;
   std::deque<Result> results_;  // outlives every scheduler of a test
 };
 
@@ -742,6 +826,177 @@ TEST_F(SchedulerTest, SpinningExecutorsServeConcurrentSubmitsAndShutDown) {
   for (int b : backend_.batches()) queries += b;
   EXPECT_EQ(queries, 100);
   for (Result& r : results_) EXPECT_THAT(r.out, IsOk());
+}
+
+// N PLAID queries of one Submit run as one batch with one centroid product
+// for all of them, and each ranks as it does alone.
+TEST_F(SchedulerTest, PlaidQueriesOfOneBatchShareOneCentroidProduct) {
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  constexpr int kN = 5;
+  std::vector<Result*> together;
+  {
+    SchedulerOptions o = LongWindow();
+    o.max_batch_queries = kN;
+    Scheduler s(&backend_, o, &metrics_, &clock_);
+    std::vector<QueryTask> tasks;
+    for (int i = 0; i < kN; ++i) {
+      together.push_back(NewResult());
+      tasks.push_back(PlaidTask(together[i], plaid, i * 37, /*top_k=*/5));
+    }
+    ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+    for (Result* r : together) ASSERT_TRUE(r->Wait());  // a full batch
+  }
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].num_queries, kN);
+  EXPECT_TRUE(backend_.calls()[0].rerank);
+  EXPECT_GT(backend_.calls()[0].candidates, 0);
+  EXPECT_EQ(Products(), 1);
+  EXPECT_EQ(Generated(), kN);
+
+  SchedulerOptions alone;
+  alone.max_queue_delay = absl::ZeroDuration();
+  Scheduler s(&backend_, alone, &metrics_, &clock_);
+  for (int i = 0; i < kN; ++i) {
+    Result* r = NewResult();
+    ASSERT_THAT(s.Submit(One(PlaidTask(r, plaid, i * 37, 5))), IsOk());
+    ASSERT_TRUE(r->Wait());
+    ASSERT_THAT(r->out, IsOk());
+    ASSERT_THAT(together[i]->out, IsOk());
+    EXPECT_EQ(r->out->batch_queries, 1);
+    EXPECT_EQ(together[i]->out->batch_queries, kN);
+    ASSERT_EQ(r->out->results.size(), 5u) << "query " << i;
+    ASSERT_EQ(together[i]->out->results.size(), 5u) << "query " << i;
+    for (size_t j = 0; j < 5; ++j) {
+      EXPECT_EQ(together[i]->out->results[j].id, r->out->results[j].id)
+          << "query " << i << " rank " << j;
+      EXPECT_EQ(together[i]->out->results[j].score, r->out->results[j].score)
+          << "query " << i << " rank " << j;
+    }
+  }
+  EXPECT_EQ(Products(), 1 + kN);
+  EXPECT_EQ(Generated(), 2 * kN);
+}
+
+// A PLAID query whose deadline passes while it is queued is answered
+// DEADLINE_EXCEEDED without its candidates ever being generated: alone
+// (no product at all), and when the deadline passes as its batch's window
+// closes (the batch generates for its other query only).
+TEST_F(SchedulerTest,
+       PlaidQueryWhoseDeadlinePassesWhileQueuedIsNeverGenerated) {
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  {
+    Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+    Result* late = NewResult();
+    QueryTask t = PlaidTask(late, plaid, 1, /*top_k=*/1);
+    t.deadline = t0_ + absl::Milliseconds(5);
+    ASSERT_THAT(s.Submit(One(std::move(t))), IsOk());
+    ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Milliseconds(5)));
+    clock_.Advance(absl::Milliseconds(5));
+    ASSERT_TRUE(late->Wait());
+    EXPECT_THAT(late->out, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                    HasSubstr("deadline passed")));
+    EXPECT_EQ(Products(), 0);
+    EXPECT_EQ(Generated(), 0);
+  }
+  EXPECT_TRUE(backend_.calls().empty());
+
+  SchedulerOptions o;
+  o.max_queue_delay = absl::Milliseconds(1);
+  Scheduler s(&backend_, o, &metrics_, &clock_);
+  const absl::Time t1 = clock_.Now();
+  Result* late = NewResult();
+  Result* patient = NewResult();
+  std::vector<QueryTask> tasks;
+  QueryTask t = PlaidTask(late, plaid, 2, /*top_k=*/2);
+  t.deadline = t1 + absl::Milliseconds(1);
+  tasks.push_back(std::move(t));
+  tasks.push_back(PlaidTask(patient, plaid, 3, /*top_k=*/3));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  ASSERT_TRUE(clock_.WaitForWaiter(t1 + absl::Milliseconds(1)));
+  clock_.Advance(absl::Milliseconds(1));  // the deadline and the window
+  ASSERT_TRUE(late->Wait());
+  ASSERT_TRUE(patient->Wait());
+  EXPECT_THAT(late->out, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(patient->out, IsOk());
+  EXPECT_EQ(Products(), 1);
+  EXPECT_EQ(Generated(), 1);
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{3});
+  EXPECT_EQ(Rejected("deadline"), 2);
+}
+
+// A cancelled PLAID query is answered CANCELLED without its candidates
+// ever being generated: withdrawn by Cancel() while queued, or found
+// cancelled when its batch is taken (its batch generates for the others).
+TEST_F(SchedulerTest, CancelledPlaidQueryIsNeverGenerated) {
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  const uint64_t key = s.NewCancelKey();
+  Result* withdrawn = NewResult();
+  QueryTask w = PlaidTask(withdrawn, plaid, 1, /*top_k=*/1);
+  w.cancel_key = key;
+  ASSERT_THAT(s.Submit(One(std::move(w))), IsOk());
+  EXPECT_EQ(s.Cancel(key), 1);
+  EXPECT_THAT(withdrawn->out, StatusIs(absl::StatusCode::kCancelled));
+
+  Result* gone = NewResult();
+  Result* kept = NewResult();
+  std::vector<QueryTask> tasks;
+  QueryTask g = PlaidTask(gone, plaid, 2, /*top_k=*/2);
+  g.is_cancelled = [] { return true; };  // polled when taken into a batch
+  tasks.push_back(std::move(g));
+  tasks.push_back(PlaidTask(kept, plaid, 3, /*top_k=*/3));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  EXPECT_EQ(Products(), 0);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(gone->Wait());
+  ASSERT_TRUE(kept->Wait());
+  EXPECT_THAT(gone->out, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(kept->out, IsOk());
+  EXPECT_EQ(Products(), 1);
+  EXPECT_EQ(Generated(), 1);
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{3});
+  EXPECT_EQ(Rejected("cancelled"), 2);
+}
+
+// A PLAID query waiting for generation counts its n_full_scores as its
+// candidates: the lane is ready at the backend's max_batch_candidates, and
+// a batch takes no more pending queries than generation could fill up to
+// that limit.
+TEST_F(SchedulerTest, PendingPlaidQueriesCountTheirFullScoresAsCandidates) {
+  BackendLimits limits = backend_.limits();
+  limits.max_batch_candidates = 50;
+  backend_.SetLimits(limits);
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  std::vector<Result*> r;
+  std::vector<QueryTask> tasks;
+  for (int i = 0; i < 3; ++i) {
+    r.push_back(NewResult());
+    tasks.push_back(PlaidTask(r[i], plaid, i * 11, /*top_k=*/i + 1,
+                              /*n_full_scores=*/20));
+  }
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  // 60 pending candidates reach the limit of 50 with no time passing: the
+  // first two queries (40) run; a third would make 60.
+  ASSERT_TRUE(r[0]->Wait());
+  ASSERT_TRUE(r[1]->Wait());
+  ASSERT_TRUE(clock_.WaitForWaiter(t0_ + absl::Hours(1)));
+  EXPECT_EQ(backend_.batches(), std::vector<int>{2});
+  EXPECT_EQ(s.queued(), 1);
+  EXPECT_GT(backend_.calls()[0].candidates, 0);
+  EXPECT_LE(backend_.calls()[0].candidates, 40);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(r[2]->Wait());
+  EXPECT_THAT(r[2]->out, IsOk());
+  EXPECT_EQ(backend_.batches(), (std::vector<int>{2, 1}));
+  EXPECT_EQ(Products(), 2);
+  EXPECT_EQ(Generated(), 3);
 }
 
 TEST(SchedulerOptionsTest, ValidationNamesTheFlag) {
