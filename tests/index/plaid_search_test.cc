@@ -21,6 +21,7 @@
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/ranking.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/synthetic_plaid.h"
 
 namespace maxsimd {
 namespace {
@@ -114,40 +115,29 @@ class PlaidSearchTest : public ::testing::Test {
   // documents each (so as many segments), with a few documents deleted.
   std::shared_ptr<Corpus> RandomCorpus(std::mt19937_64& rng, int appends,
                                        std::vector<SyntheticCorpus>* parts) {
-    CorpusConfig c;
-    c.name = "p";
-    c.dim = 16;
-    c.layout = Layout::kPlaid;
-    c.storage_dtype = DType::kPlaid2;
-    c.normalize = true;
-    c.plaid_centroids = std::uniform_int_distribution<int>(8, 24)(rng);
-    auto corpus = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
+    // Draws from `rng` in a fixed order (the centroids, then each part's
+    // size, seed and deletions), so a printed seed replays the same corpus.
+    const int32_t centroids = std::uniform_int_distribution<int>(8, 24)(rng);
+    const size_t first = parts->size();
     std::set<std::string> deleted;
     for (int a = 0; a < appends; ++a) {
       SyntheticCorpusOptions o;
       o.num_docs = std::uniform_int_distribution<int>(60, 140)(rng);
-      o.dim = c.dim;
+      o.dim = 16;
       o.min_tokens = 1;
       o.max_tokens = 12;
       o.num_clusters = 12;
       o.seed = rng();
       o.id_prefix = absl::StrCat("s", a, "-");
       SyntheticCorpus s = GenerateSyntheticCorpus(o);
-      DocumentBuilder b(c, CorpusLimits{});
-      std::vector<int32_t> counts;
-      for (size_t i = 0; i + 1 < s.cu_seqlens.size(); ++i) {
-        counts.push_back(
-            static_cast<int32_t>(s.cu_seqlens[i + 1] - s.cu_seqlens[i]));
-      }
-      EXPECT_THAT(b.Add(s.ids, counts, s.tokens.data(), s.cu_seqlens.back(),
-                        DType::kFloat32, "docs"),
-                  IsOk());
-      EXPECT_THAT(corpus->Append(b.Take()), IsOk());
       for (int i = 0; i < 5; ++i) {
         deleted.insert(s.ids[rng() % s.ids.size()]);
       }
       parts->push_back(std::move(s));
     }
+    auto corpus = testing::MakeSyntheticPlaidCorpus(
+        backend_.get(), "p", centroids,
+        absl::MakeConstSpan(*parts).subspan(first));
     EXPECT_THAT(corpus->Delete({deleted.begin(), deleted.end()},
                                /*ignore_missing=*/false),
                 IsOk());

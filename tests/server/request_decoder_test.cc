@@ -14,6 +14,7 @@
 #include "kernels/base/half.h"
 #include "kernels/maxsim_cpu.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/synthetic_plaid.h"
 
 namespace maxsimd {
 namespace {
@@ -257,14 +258,6 @@ TEST_F(RequestDecoderTest, NormalizesSubnormalQueryRowsToFiniteUnitRows) {
 class PlaidRequestDecoderTest : public RequestDecoderTest {
  protected:
   PlaidRequestDecoderTest() {
-    CorpusConfig c;
-    c.name = "p";
-    c.dim = 16;
-    c.layout = Layout::kPlaid;
-    c.storage_dtype = DType::kPlaid2;
-    c.normalize = true;
-    c.plaid_centroids = 16;
-    plaid_ = Corpus::Create(c, CorpusLimits{}, backend_.get()).value();
     SyntheticCorpusOptions o;
     o.num_docs = 200;
     o.dim = 16;
@@ -272,16 +265,8 @@ class PlaidRequestDecoderTest : public RequestDecoderTest {
     o.max_tokens = 10;
     o.num_clusters = 16;
     synth_ = GenerateSyntheticCorpus(o);
-    std::vector<int32_t> counts;
-    for (size_t i = 0; i + 1 < synth_.cu_seqlens.size(); ++i) {
-      counts.push_back(static_cast<int32_t>(synth_.cu_seqlens[i + 1] -
-                                            synth_.cu_seqlens[i]));
-    }
-    DocumentBuilder b(c, CorpusLimits{});
-    EXPECT_THAT(b.Add(synth_.ids, counts, synth_.tokens.data(),
-                      synth_.cu_seqlens.back(), DType::kFloat32, "docs"),
-                IsOk());
-    EXPECT_THAT(plaid_->Append(b.Take()), IsOk());
+    plaid_ = testing::MakeSyntheticPlaidCorpus(backend_.get(), "p",
+                                               /*centroids=*/16, synth_);
     limits_.max_candidates = 100;
   }
 

@@ -22,6 +22,7 @@
 #include "tests/support/fake_clock.h"
 #include "tests/support/forwarding_backend.h"
 #include "tests/support/status_matchers.h"
+#include "tests/support/synthetic_plaid.h"
 
 namespace maxsimd {
 namespace {
@@ -219,14 +220,6 @@ class SchedulerTest : public ::testing::Test {
   // A PLAID corpus "p" of dim 16: 300 synthetic documents over 16
   // centroids, kept in plaid_synth_.
   std::shared_ptr<Corpus> MakePlaidCorpus() {
-    CorpusConfig c;
-    c.name = "p";
-    c.dim = 16;
-    c.layout = Layout::kPlaid;
-    c.storage_dtype = DType::kPlaid2;
-    c.normalize = true;
-    c.plaid_centroids = 16;
-    auto corpus = Corpus::Create(c, CorpusLimits{}, &backend_).value();
     SyntheticCorpusOptions o;
     o.num_docs = 300;
     o.dim = 16;
@@ -234,17 +227,8 @@ class SchedulerTest : public ::testing::Test {
     o.max_tokens = 12;
     o.num_clusters = 16;
     plaid_synth_ = GenerateSyntheticCorpus(o);
-    std::vector<int32_t> counts;
-    for (size_t i = 0; i + 1 < plaid_synth_.cu_seqlens.size(); ++i) {
-      counts.push_back(static_cast<int32_t>(plaid_synth_.cu_seqlens[i + 1] -
-                                            plaid_synth_.cu_seqlens[i]));
-    }
-    DocumentBuilder b(c, CorpusLimits{});
-    EXPECT_THAT(b.Add(plaid_synth_.ids, counts, plaid_synth_.tokens.data(),
-                      plaid_synth_.cu_seqlens.back(), DType::kFloat32, "docs"),
-                IsOk());
-    EXPECT_THAT(corpus->Append(b.Take()), IsOk());
-    return corpus;
+    return testing::MakeSyntheticPlaidCorpus(&backend_, "p", /*centroids=*/16,
+                                             plaid_synth_);
   }
 
   // A PLAID query of 4 tokens near document `doc` of `corpus` (from
