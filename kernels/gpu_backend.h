@@ -89,10 +89,11 @@ struct GpuBackendOptions {
   // queries of at most 32 rows, scans of at most 32 staged rows) are scored
   // on the int8 MMA (maxsim_tma.h, TmaPlaidUsesMma): residuals as int8
   // levels against quantised query rows, plus a float16 table of each
-  // query row against each centroid. Each worker allocates that table on
-  // first use, up to plaid_table_bytes; a batch whose table is larger (4
-  // bytes per centroid per 2 query rows, for every tile) takes the float16
-  // decode. False: always the float16 decode.
+  // query row against each centroid. Each worker allocates that table at
+  // creation, plaid_table_bytes of device memory (where the TMA kernels
+  // run); a batch whose table is larger (4 bytes per centroid per 2 query
+  // rows, for every tile) takes the float16 decode. False: always the
+  // float16 decode, and no table.
   bool plaid_int8_mma = true;
   int64_t plaid_table_bytes = int64_t{64} << 20;
   // Scans of those corpora at 2 and 4 bits take the warp kernel of
