@@ -12,7 +12,9 @@
 #   bench/run_gpu.sh run       on a machine with an NVIDIA GPU: run the GPU
 #                              tests, the benchmark, then the fidelity report
 #                              (top-10 overlap of each layout); logs and JSON
-#                              go to $OUT (if set) or .bundle/out
+#                              go to $OUT (if set) or .bundle/out, and the
+#                              summary bench/results keeps to summary.md
+#                              there (RUN_NAME names it)
 #   bench/run_gpu.sh sanitize  compute-sanitizer memcheck + racecheck on the
 #                              small GPU tests
 #   bench/run_gpu.sh service   on a machine with an NVIDIA GPU: the sharded
@@ -55,15 +57,19 @@ build() {
   for b in "${service_bins[@]}"; do targets+=("$(basename "$b")"); done
   cmake --build "$build_dir" --target "${targets[@]}"
   rm -rf "$bundle"
+  mkdir -p "$bundle"
+  # The machine with the GPU has no git: the bundle names its commit.
+  git -C "$root" describe --always --dirty >"$bundle/COMMIT" 2>/dev/null ||
+    echo unknown >"$bundle/COMMIT"
   local bins=(bench/maxsim_bench bench/fidelity_bench)
   for t in "${tests[@]}"; do bins+=("tests/kernels/$t"); done
   # The CUDA binaries compress about 4:1, yet each holds every kernel: the
   # archives are split by mode so that each travels on its own (~45 MB).
   "$root/scripts/bundle.sh" "$build_dir" "$bundle" "${bins[@]}"
-  tar -C "$bundle" -czf "$bundle.tgz" lib \
+  tar -C "$bundle" -czf "$bundle.tgz" COMMIT lib \
     $(for bin in "${bins[@]}"; do echo "bin/$(basename "$bin")"; done)
   "$root/scripts/bundle.sh" "$build_dir" "$bundle" "${service_bins[@]}"
-  tar -C "$bundle" -czf "${bundle}_service.tgz" lib \
+  tar -C "$bundle" -czf "${bundle}_service.tgz" COMMIT lib \
     $(for bin in "${service_bins[@]}"; do echo "bin/$(basename "$bin")"; done)
   echo "bundle archives: $(du -h "$bundle.tgz" "${bundle}_service.tgz" | tr '\t\n' ' ')"
 }
@@ -104,6 +110,18 @@ service() {
     "$root/bench/service_bench.sh" "$bundle/bin" "$out/service" ${SERVICE_CASES:-} || failed=1
   fi
   [[ $failed -eq 0 ]]
+}
+
+# The one summary bench/results keeps of this run ($out/summary.md; copy it
+# to bench/results/<name>.md): RUN_NAME names it.
+summarize() {
+  local cite=()
+  # Without a name there are no NOTES sections that cite the run yet.
+  [[ -n ${RUN_NAME:-} ]] || cite=(--notes /dev/null)
+  python3 "$root/bench/summarize_results.py" --name "${RUN_NAME:-$1}" \
+    "${cite[@]}" --commit "$(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)" \
+    --command "$2" --out "$out/summary.md" "$out" >/dev/null 2>&1 &&
+    echo "summary: $out/summary.md" || echo "summary: not written"
 }
 
 out_dir() {
@@ -164,6 +182,7 @@ run() {
   echo
   echo "fidelity (exit code $fid_rc; JSON in $out/fidelity.json):"
   grep -A9 '^layout ' "$out/fidelity.log" || tail -5 "$out/fidelity.log"
+  summarize "run" "bench/run_gpu.sh run"
   [[ $failed -eq 0 && $bench_rc -eq 0 ]]
 }
 
