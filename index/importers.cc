@@ -30,6 +30,56 @@ absl::Status InputFileError(const std::string& path, const absl::Status& s) {
   return absl::DataLossError(absl::StrCat("error reading '", path, "'"));
 }
 
+// INVALID_ARGUMENT unless `f` names exactly one source: a safetensors
+// file, both .npy files, or a PLAID index directory.
+absl::Status CheckOneSource(const DocumentFiles& f) {
+  const bool npy = !f.tokens_npy.empty() || !f.cu_seqlens_npy.empty();
+  const int sources =
+      int{npy} + int{!f.safetensors.empty()} + int{!f.plaid_dir.empty()};
+  if (sources != 1 ||
+      (npy && (f.tokens_npy.empty() || f.cu_seqlens_npy.empty()))) {
+    return absl::InvalidArgumentError(
+        "give one of: a safetensors file, both a tokens and a cu_seqlens "
+        ".npy file, or a PLAID index directory");
+  }
+  return absl::OkStatus();
+}
+
+// ReadDocumentTokens, except that a PLAID index is given `plaid_ids` as its
+// ids file (PlaidOptions::ids; empty: its passage ids).
+absl::StatusOr<ImportedDocuments> ReadTokens(const DocumentFiles& f,
+                                             const std::string& plaid_ids) {
+  MAXSIMD_RETURN_IF_ERROR(CheckOneSource(f));
+  if (!f.plaid_dir.empty()) {
+    PlaidOptions options;
+    options.ids = plaid_ids;
+    options.max_token_values = f.max_token_values;
+    return ReadPlaidIndex(f.plaid_dir, options);
+  }
+  ImportedDocuments out;
+  if (!f.safetensors.empty()) {
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file,
+                             ReadSafetensors(f.safetensors));
+    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments docs,
+                             DocumentsFromSafetensors(file, f.safetensors));
+    out.dim = docs.dim;
+    out.tokens = std::move(docs.tokens);
+    out.cu_seqlens = std::move(docs.cu_seqlens);
+    out.float16 = docs.float16;
+  } else {
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(f.tokens_npy));
+    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu, ReadNpy(f.cu_seqlens_npy));
+    MAXSIMD_ASSIGN_OR_RETURN(
+        NpyDocuments docs,
+        DocumentsFromNpy(tokens, f.tokens_npy, cu, f.cu_seqlens_npy));
+    out.dim = docs.dim;
+    out.tokens = std::move(docs.tokens);
+    out.cu_seqlens = std::move(docs.cu_seqlens);
+    out.float16 = docs.float16;
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path) {
@@ -57,52 +107,17 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path) {
   return bytes;
 }
 
+absl::StatusOr<ImportedDocuments> ReadDocumentTokens(const DocumentFiles& f) {
+  return ReadTokens(f, /*plaid_ids=*/"");
+}
+
 absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& f) {
-  const bool npy = !f.tokens_npy.empty() || !f.cu_seqlens_npy.empty();
-  const int sources =
-      int{npy} + int{!f.safetensors.empty()} + int{!f.plaid_dir.empty()};
-  if (sources != 1 ||
-      (npy && (f.tokens_npy.empty() || f.cu_seqlens_npy.empty()))) {
-    return absl::InvalidArgumentError(
-        "give one of: a safetensors file, both a tokens and a cu_seqlens "
-        ".npy file, or a PLAID index directory");
-  }
-  if (!f.plaid_dir.empty()) {
-    PlaidOptions options;
-    options.ids = f.ids;
-    options.max_token_values = f.max_token_values;
-    return ReadPlaidIndex(f.plaid_dir, options);
-  }
+  MAXSIMD_RETURN_IF_ERROR(CheckOneSource(f));
+  // The PLAID reader takes the ids file itself, so that a missing or short
+  // one fails before the index is decoded, with a message naming the index.
+  if (!f.plaid_dir.empty()) return ReadTokens(f, f.ids);
   if (f.ids.empty()) return absl::InvalidArgumentError("an ids file is needed");
-  ImportedDocuments out;
-  if (!npy) {
-    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file,
-                             ReadSafetensors(f.safetensors));
-    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments docs,
-                             DocumentsFromSafetensors(file, f.safetensors));
-    out.dim = docs.dim;
-    out.tokens = std::move(docs.tokens);
-    out.cu_seqlens = std::move(docs.cu_seqlens);
-    out.float16 = docs.float16;
-  } else {
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(f.tokens_npy));
-    if (tokens.shape.size() != 2 || tokens.shape[1] < 1 ||
-        tokens.shape[1] > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", f.tokens_npy, "' must be a 2-D [tokens, dim] array"));
-    }
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu, ReadNpy(f.cu_seqlens_npy));
-    MAXSIMD_ASSIGN_OR_RETURN(out.cu_seqlens, NpyToInt64(cu, f.cu_seqlens_npy));
-    if (out.cu_seqlens.empty() || out.cu_seqlens.front() != 0 ||
-        out.cu_seqlens.back() != tokens.shape[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", f.cu_seqlens_npy, "' must run from 0 to the ",
-                       tokens.shape[0], " token rows of '", f.tokens_npy, "'"));
-    }
-    out.dim = static_cast<int32_t>(tokens.shape[1]);
-    MAXSIMD_ASSIGN_OR_RETURN(out.tokens, NpyToFloat32(tokens, f.tokens_npy));
-    out.float16 = tokens.descr == "<f2";
-  }
+  MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments out, ReadDocumentTokens(f));
   MAXSIMD_ASSIGN_OR_RETURN(out.ids, ReadLines(f.ids));
   if (out.cu_seqlens.size() != out.ids.size() + 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -44,6 +44,17 @@ struct ImportedDocuments {
   bool float16 = false;  // the source held fp16 values (exact in fp16)
 };
 
+// The tokens and offsets of `files`' one source, under ReadDocumentFiles'
+// rules, without reading `files.ids`: `ids` is empty for .npy and
+// safetensors sources; a PLAID index gives its passage ids "0", "1", ...
+// For a caller with its own ids reader (maxsimctl's byte-exact one).
+absl::StatusOr<ImportedDocuments> ReadDocumentTokens(
+    const DocumentFiles& files);
+
+// ReadDocumentTokens, and the ids of `files.ids` read with ReadLines, one
+// per document (INVALID_ARGUMENT naming the file otherwise). A PLAID index
+// takes the ids file through PlaidOptions::ids instead: it is read and
+// counted before the index is decoded.
 absl::StatusOr<ImportedDocuments> ReadDocumentFiles(const DocumentFiles& files);
 
 // The non-blank lines of a text file, trimmed.

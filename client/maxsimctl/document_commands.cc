@@ -14,8 +14,6 @@
 #include "client/maxsimctl/ids.h"
 #include "client/maxsimctl/output.h"
 #include "index/importers.h"
-#include "index/npy.h"
-#include "index/safetensors.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd::ctl {
@@ -26,31 +24,7 @@ namespace {
 // rather than by the importers' line reader, which trims them; a PLAID index
 // without --ids keeps its passage ids "0", "1", ...
 absl::StatusOr<ImportedDocuments> ReadAddFiles(const DocumentFiles& files) {
-  ImportedDocuments docs;
-  if (!files.plaid_dir.empty()) {
-    DocumentFiles plaid;
-    plaid.plaid_dir = files.plaid_dir;
-    MAXSIMD_ASSIGN_OR_RETURN(docs, ReadDocumentFiles(plaid));
-  } else if (!files.safetensors.empty()) {
-    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsFile file,
-                             ReadSafetensors(files.safetensors));
-    MAXSIMD_ASSIGN_OR_RETURN(SafetensorsDocuments st,
-                             DocumentsFromSafetensors(file, files.safetensors));
-    docs.dim = st.dim;
-    docs.tokens = std::move(st.tokens);
-    docs.cu_seqlens = std::move(st.cu_seqlens);
-    docs.float16 = st.float16;
-  } else {
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray tokens, ReadNpy(files.tokens_npy));
-    MAXSIMD_ASSIGN_OR_RETURN(NpyArray cu, ReadNpy(files.cu_seqlens_npy));
-    MAXSIMD_ASSIGN_OR_RETURN(
-        NpyDocuments npy,
-        DocumentsFromNpy(tokens, files.tokens_npy, cu, files.cu_seqlens_npy));
-    docs.dim = npy.dim;
-    docs.tokens = std::move(npy.tokens);
-    docs.cu_seqlens = std::move(npy.cu_seqlens);
-    docs.float16 = npy.float16;
-  }
+  MAXSIMD_ASSIGN_OR_RETURN(ImportedDocuments docs, ReadDocumentTokens(files));
   if (!files.ids.empty()) {
     MAXSIMD_ASSIGN_OR_RETURN(docs.ids, ReadIdFile(files.ids, "ids"));
     if (docs.ids.size() + 1 != docs.cu_seqlens.size()) {
