@@ -32,17 +32,16 @@ namespace {
 // 128) stay in L1 while the centroids stream past them, once per block.
 constexpr int64_t kTokenBlock = 32;
 
-}  // namespace
-
-// Each cell is an fp32 dot product over 16 independent partial sums (which
-// the compiler turns into SIMD lanes), computed the same way in any block.
+// Rows [32 b0, 32 b1) of Q C^T into out ([rows, K]). Each cell is an fp32
+// dot product over 16 independent partial sums (which the compiler turns
+// into SIMD lanes), computed the same way in any block.
 MAXSIMD_TARGET_CLONES
-std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
-                                       const float* tokens, int64_t rows) {
+void ScoreTokenBlocks(const PlaidCodec& codec, const float* tokens,
+                      int64_t rows, int64_t b0, int64_t b1, float* out) {
   const int64_t k = codec.num_centroids;
   const int32_t dim = codec.dim;
-  std::vector<float> out(static_cast<size_t>(rows * k));
-  for (int64_t s0 = 0; s0 < rows; s0 += kTokenBlock) {
+  for (int64_t s0 = b0 * kTokenBlock; s0 < std::min(rows, b1 * kTokenBlock);
+       s0 += kTokenBlock) {
     const int64_t s1 = std::min(rows, s0 + kTokenBlock);
     for (int64_t c = 0; c < k; ++c) {
       const float* centroid = codec.centroids.data() + c * dim;
@@ -60,6 +59,22 @@ std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
         out[s * k + c] = dot;
       }
     }
+  }
+}
+
+}  // namespace
+
+std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
+                                       const float* tokens, int64_t rows,
+                                       ThreadPool* pool) {
+  std::vector<float> out(static_cast<size_t>(rows * codec.num_centroids));
+  const int64_t blocks = (rows + kTokenBlock - 1) / kTokenBlock;
+  if (pool == nullptr || blocks < 2) {
+    ScoreTokenBlocks(codec, tokens, rows, 0, blocks, out.data());
+  } else {
+    pool->ParallelFor(blocks, 1, [&](int, int64_t b0, int64_t b1) {
+      ScoreTokenBlocks(codec, tokens, rows, b0, b1, out.data());
+    });
   }
   return out;
 }
@@ -160,7 +175,7 @@ std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
 
 std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    PlaidBatchStats* stats) {
+    PlaidBatchStats* stats, ThreadPool* pool) {
   if (stats != nullptr) *stats = PlaidBatchStats{};
   int64_t rows = 0;
   for (const PlaidQuery& q : queries) rows += q.lq;
@@ -182,7 +197,8 @@ std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
     }
     tokens = stacked.data();
   }
-  const std::vector<float> scores = PlaidCentroidScores(codec, tokens, rows);
+  const std::vector<float> scores =
+      PlaidCentroidScores(codec, tokens, rows, pool);
   if (stats != nullptr) stats->centroid_products = 1;
   return PlaidCandidatesFromScores(snapshot, queries, scores.data());
 }

@@ -27,6 +27,7 @@
 
 #include "absl/types/span.h"
 #include "index/corpus.h"
+#include "kernels/base/thread_pool.h"
 #include "kernels/types.h"
 
 namespace maxsimd {
@@ -65,8 +66,11 @@ struct PlaidBatchStats {
 // row-major) against every centroid of `codec`: [rows, num_centroids] fp32,
 // row-major. Each cell is computed the same way whatever the other rows, so
 // a query's rows are the same in any batch.
+// With `pool`, its threads take blocks of token rows in parallel (the same
+// values: a row's scores never depend on how rows are split).
 std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
-                                       const float* tokens, int64_t rows);
+                                       const float* tokens, int64_t rows,
+                                       ThreadPool* pool = nullptr);
 
 // Steps 2 to 4 for each query of a batch over `snapshot`, a PLAID corpus's,
 // given the batch's Q C^T: `scores` [sum of queries[i].lq,
@@ -82,10 +86,11 @@ std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
 // with one PlaidCentroidScores product for the whole batch. Returns one
 // candidate list per query, in order; all empty when the snapshot has no
 // codec (no documents yet), and empty for a query of no tokens. `stats`
-// (optional) receives what the batch ran.
+// (optional) receives what the batch ran; `pool` (optional) runs the
+// product (PlaidCentroidScores).
 std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    PlaidBatchStats* stats = nullptr);
+    PlaidBatchStats* stats = nullptr, ThreadPool* pool = nullptr);
 
 // PlaidCandidatesBatch for one query ([lq, dim] fp32): the same candidates
 // as that query gets in any batch.

@@ -103,6 +103,8 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
 Scheduler::Scheduler(Backend* backend, const SchedulerOptions& options,
                      Metrics* metrics, const Clock* clock)
     : backend_(backend),
+      plaid_pool_(
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       options_(options),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : RealClock()),
@@ -544,7 +546,7 @@ void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
   const absl::Time begin = clock_->Now();
   PlaidBatchStats stats;
   std::vector<std::vector<DocRef>> found =
-      PlaidCandidatesBatch(snapshot, queries, &stats);
+      PlaidCandidatesBatch(snapshot, queries, &stats, &plaid_pool_);
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - begin);
   for (size_t i = 0; i < targets.size(); ++i) {
     targets[i]->candidates = std::move(found[i]);

@@ -99,6 +99,7 @@
 #include "absl/time/time.h"
 #include "index/corpus.h"
 #include "kernels/backend.h"
+#include "kernels/base/thread_pool.h"
 #include "server/clock.h"
 #include "server/metrics.h"
 #include "server/request_decoder.h"
@@ -305,6 +306,9 @@ class Scheduler {
   void RunBatch(Batch batch, absl::Time start);
 
   Backend* const backend_;
+  // Threads of PLAID candidate generation's centroid product (one per
+  // hardware thread); one product at a time, whichever executor asks.
+  ThreadPool plaid_pool_;
   const SchedulerOptions options_;
   Metrics* const metrics_;
   const Clock* const clock_;

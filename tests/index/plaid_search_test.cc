@@ -150,6 +150,7 @@ class PlaidSearchTest : public ::testing::Test {
 // Each cell is a dot product within fp32 rounding, and a row's cells do not
 // depend on the rows around it (block edges at 32 rows included).
 TEST_F(PlaidSearchTest, CentroidScoresAreDotProductsRowByRow) {
+  ThreadPool pool(3);
   const uint64_t seed = TestSeed();
   std::mt19937_64 rng(seed);
   for (int32_t dim : {4, 16, 33, 128}) {
@@ -160,6 +161,9 @@ TEST_F(PlaidSearchTest, CentroidScoresAreDotProductsRowByRow) {
       const std::vector<float> all =
           PlaidCentroidScores(codec, tokens.data(), rows);
       ASSERT_EQ(all.size(), static_cast<size_t>(rows * k));
+      // The blocks on a pool's threads: the same values, bit for bit.
+      EXPECT_EQ(PlaidCentroidScores(codec, tokens.data(), rows, &pool), all)
+          << "seed " << seed << " dim " << dim;
       for (int64_t s = 0; s < rows; ++s) {
         const std::vector<float> alone =
             PlaidCentroidScores(codec, tokens.data() + s * dim, 1);
