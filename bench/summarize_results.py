@@ -149,18 +149,25 @@ def bench_from_json(d):
     }
 
 
-def bench_blocks_from_text(text):
-    """The console tables of maxsim_bench in `text`, each with its ceilings."""
-    lines = text.splitlines()
-    blocks = []
+def headed_blocks(lines, header):
+    """(index, lines) of each run of lines that starts with a line matching
+    `header` and ends before the next blank line."""
     for i, line in enumerate(lines):
-        if not BENCH_HEADER.match(line):
+        if not header.match(line):
             continue
         block = [line]
         for nxt in lines[i + 1:]:
             if not nxt.strip():
                 break
             block.append(nxt)
+        yield i, block
+
+
+def bench_blocks_from_text(text):
+    """The console tables of maxsim_bench in `text`, each with its ceilings."""
+    lines = text.splitlines()
+    blocks = []
+    for i, block in headed_blocks(lines, BENCH_HEADER):
         before = "\n".join(lines[:i])
         dev = DEVICE_LINE.findall(before)
         ceil = CEILINGS.findall(before)
@@ -304,14 +311,7 @@ def fidelity_table(entries):
 def fidelity_blocks_from_text(text):
     lines = text.splitlines()
     blocks = []
-    for i, line in enumerate(lines):
-        if not FID_HEADER.match(line):
-            continue
-        block = [line]
-        for nxt in lines[i + 1:]:
-            if not nxt.strip():
-                break
-            block.append(nxt)
+    for i, block in headed_blocks(lines, FID_HEADER):
         head = [l for l in lines[:i] if l.startswith(("corpus:", "backend "))]
         blocks.append("\n".join(head[-2:] + block))
     return blocks
