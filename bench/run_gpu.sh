@@ -38,7 +38,8 @@ source "$root/scripts/bundle_env.sh"
 build_dir=${BUILD_DIR:-$root/build-gpu}
 bundle=${BUNDLE:-$root/.bundle}
 tests=(maxsim_scan_test maxsim_gather_test topk_test gpu_backend_test
-  host_stream_test gpu_int8_test gpu_plaid_test gpu_kmeans_test)
+  host_stream_test gpu_int8_test gpu_plaid_test gpu_kmeans_test
+  gpu_backend_centroids_test)
 
 # Service binaries and tests that also run on the GPU (path in the build).
 service_bins=(server/maxsimd client/maxsimctl bench/loadgen/loadgen

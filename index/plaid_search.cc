@@ -34,7 +34,12 @@ constexpr int64_t kTokenBlock = 32;
 
 // Rows [32 b0, 32 b1) of Q C^T into out ([rows, K]). Each cell is an fp32
 // dot product over 16 independent partial sums (which the compiler turns
-// into SIMD lanes), computed the same way in any block.
+// into SIMD lanes), computed the same way in any block. Every product and
+// sum is rounded on its own: this file compiles without fused
+// multiply-adds (index/CMakeLists.txt), so the cells are the same on every
+// host and equal the GPU's (Backend::ScoreCentroids, kernels/
+// plaid_centroids.h) bit for bit, so a batch gets the same candidates
+// wherever its product ran.
 MAXSIMD_TARGET_CLONES
 void ScoreTokenBlocks(const PlaidCodec& codec, const float* tokens,
                       int64_t rows, int64_t b0, int64_t b1, float* out) {
@@ -160,22 +165,58 @@ std::vector<DocRef> CandidatesFromRows(const CorpusSnapshot& snapshot,
 
 std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    const float* scores) {
+    const float* scores, ThreadPool* pool) {
   std::vector<std::vector<DocRef>> out(queries.size());
   if (snapshot.codec() == nullptr) return out;
   const int64_t k = snapshot.codec()->codec().num_centroids;
-  int64_t row = 0;
+  std::vector<int64_t> first_row(queries.size() + 1, 0);
   for (size_t i = 0; i < queries.size(); ++i) {
-    const PlaidQuery& q = queries[i];
-    out[i] = CandidatesFromRows(snapshot, scores + row * k, q.lq, k, q.params);
-    row += q.lq;
+    first_row[i + 1] = first_row[i] + queries[i].lq;
+  }
+  auto run = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const PlaidQuery& q = queries[i];
+      out[i] = CandidatesFromRows(snapshot, scores + first_row[i] * k, q.lq, k,
+                                  q.params);
+    }
+  };
+  const int64_t n = static_cast<int64_t>(queries.size());
+  if (pool == nullptr || n < 2) {
+    run(0, n);
+  } else {
+    pool->ParallelFor(n, 1, [&](int, int64_t i0, int64_t i1) { run(i0, i1); });
   }
   return out;
 }
 
-std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
+namespace {
+
+// Step 1 on product.backend: true with `scores` filled, false where the
+// backend has no such kernel (the host runs it then), or its error.
+absl::StatusOr<bool> ScoreOnBackend(const CorpusSnapshot& snapshot,
+                                    const PlaidProduct& product,
+                                    const float* tokens, int64_t rows,
+                                    std::vector<float>* scores) {
+  Backend* backend = product.backend;
+  if (backend == nullptr || !backend->ScoresCentroids()) return false;
+  const PlaidCodec& codec = snapshot.codec()->codec();
+  const int shard =
+      snapshot.segments().empty() ? 0 : snapshot.segments().front()->shard();
+  scores->resize(static_cast<size_t>(rows * codec.num_centroids));
+  const absl::Status st = backend->ScoreCentroids(
+      shard, snapshot.codec()->ResidentTables(shard), codec.dim,
+      absl::MakeConstSpan(tokens, static_cast<size_t>(rows * codec.dim)),
+      absl::MakeSpan(*scores));
+  if (st.code() == absl::StatusCode::kUnimplemented) return false;
+  if (!st.ok()) return st;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<DocRef>>> PlaidCandidatesBatch(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    PlaidBatchStats* stats, ThreadPool* pool) {
+    const PlaidProduct& product, PlaidBatchStats* stats) {
   if (stats != nullptr) *stats = PlaidBatchStats{};
   int64_t rows = 0;
   for (const PlaidQuery& q : queries) rows += q.lq;
@@ -197,18 +238,27 @@ std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
     }
     tokens = stacked.data();
   }
-  const std::vector<float> scores =
-      PlaidCentroidScores(codec, tokens, rows, pool);
-  if (stats != nullptr) stats->centroid_products = 1;
-  return PlaidCandidatesFromScores(snapshot, queries, scores.data());
+  std::vector<float> scores;
+  absl::StatusOr<bool> on_device =
+      ScoreOnBackend(snapshot, product, tokens, rows, &scores);
+  if (!on_device.ok()) return on_device.status();
+  ThreadPool* pool = product.host_pool ? product.host_pool() : nullptr;
+  if (!*on_device) scores = PlaidCentroidScores(codec, tokens, rows, pool);
+  if (stats != nullptr) {
+    stats->centroid_products = 1;
+    stats->device_products = *on_device ? 1 : 0;
+  }
+  return PlaidCandidatesFromScores(snapshot, queries, scores.data(), pool);
 }
 
 std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
                                     const float* query, int64_t lq,
                                     const PlaidSearchParams& params) {
   const PlaidQuery q{query, lq, params};
-  return std::move(
-      PlaidCandidatesBatch(snapshot, absl::MakeConstSpan(&q, 1)).front());
+  // The host product cannot fail.
+  return std::move(PlaidCandidatesBatch(snapshot, absl::MakeConstSpan(&q, 1))
+                       .value()
+                       .front());
 }
 
 }  // namespace maxsimd

@@ -14,19 +14,25 @@
 // product over their stacked tokens (PlaidCentroidScores), and steps 2 to 4
 // then run per query on its rows of that product (PlaidCandidatesFromScores).
 // A row's scores do not depend on the other rows, so a query gets the same
-// candidates alone or in any batch. The product is the part a device can
-// take over: a caller that computes Q C^T elsewhere passes its rows to
-// PlaidCandidatesFromScores.
+// candidates alone or in any batch. The product is the part a device takes
+// over: PlaidCandidatesBatch runs it with Backend::ScoreCentroids where the
+// backend has that kernel (the GPU's computes the host's values bit for
+// bit, so the candidates are the same), else on the host; a caller that
+// computes Q C^T elsewhere passes its rows to PlaidCandidatesFromScores.
 //
-// Thread-safety: pure functions over an immutable snapshot.
+// Thread-safety: pure functions over an immutable snapshot (a backend
+// passed in is thread-safe, as Backend is).
 #ifndef MAXSIMD_INDEX_PLAID_SEARCH_H_
 #define MAXSIMD_INDEX_PLAID_SEARCH_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "index/corpus.h"
+#include "kernels/backend.h"
 #include "kernels/base/thread_pool.h"
 #include "kernels/types.h"
 
@@ -57,9 +63,28 @@ struct PlaidQuery {
 
 // What one batch cost, for metrics.
 struct PlaidBatchStats {
-  // Q C^T products run: 1 for a batch with a codec and at least one token,
-  // else 0.
+  // Q C^T products run: 1 for a batch with a codec and at least one token
+  // whose product succeeded, else 0.
   int64_t centroid_products = 0;
+  // Of those, the ones the backend ran (Backend::ScoreCentroids); the
+  // others ran on the host.
+  int64_t device_products = 0;
+};
+
+// Where PlaidCandidatesBatch runs a batch's product.
+struct PlaidProduct {
+  // Runs it with backend->ScoreCentroids on the codec's tables resident on
+  // the shard of the snapshot's first segment (every shard holds them), so
+  // it must be the backend the snapshot's corpus lives on. Null, a backend
+  // whose ScoresCentroids() is false, or one that answers UNIMPLEMENTED:
+  // the host runs it.
+  Backend* backend = nullptr;
+  // The host's threads: the product where the host runs it
+  // (PlaidCentroidScores' pool), and steps 2 to 4, one query per task
+  // (PlaidCandidatesFromScores' pool). Asked for once the batch has tokens
+  // and a codec, so that a caller may start them on first use. Null, or
+  // returning null: the calling thread alone.
+  std::function<ThreadPool*()> host_pool;
 };
 
 // Step 1: Q C^T of `rows` stacked query tokens ([rows, codec.dim] fp32,
@@ -77,23 +102,29 @@ std::vector<float> PlaidCentroidScores(const PlaidCodec& codec,
 // num_centroids], the rows of queries[0] first, then those of queries[1],
 // and so on. Returns each query's candidates, best centroid-only score
 // first, at most its n_full_scores; all empty when the snapshot has no
-// codec.
+// codec. With `pool`, its threads take the queries in parallel (each
+// query's candidates are the same either way).
 std::vector<std::vector<DocRef>> PlaidCandidatesFromScores(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    const float* scores);
+    const float* scores, ThreadPool* pool = nullptr);
 
 // Steps 1 to 4 for a batch of queries over `snapshot`, a PLAID corpus's,
-// with one PlaidCentroidScores product for the whole batch. Returns one
-// candidate list per query, in order; all empty when the snapshot has no
-// codec (no documents yet), and empty for a query of no tokens. `stats`
-// (optional) receives what the batch ran; `pool` (optional) runs the
-// product (PlaidCentroidScores).
-std::vector<std::vector<DocRef>> PlaidCandidatesBatch(
+// with one product for the whole batch, run where `product` says. Returns
+// one candidate list per query, in order; all empty when the snapshot has
+// no codec (no documents yet), and empty for a query of no tokens. `stats`
+// (optional) receives what the batch ran. Errors: the backend's
+// ScoreCentroids error other than UNIMPLEMENTED (e.g. UNAVAILABLE after a
+// device failure), as it is. A product that fails on the device fails the
+// batch rather than falling back to the host: the failure is the
+// backend's to report (its health follows it), and a device that fails
+// every product would otherwise turn each batch into a slow host product
+// behind a healthy-looking server.
+absl::StatusOr<std::vector<std::vector<DocRef>>> PlaidCandidatesBatch(
     const CorpusSnapshot& snapshot, absl::Span<const PlaidQuery> queries,
-    PlaidBatchStats* stats = nullptr, ThreadPool* pool = nullptr);
+    const PlaidProduct& product = {}, PlaidBatchStats* stats = nullptr);
 
-// PlaidCandidatesBatch for one query ([lq, dim] fp32): the same candidates
-// as that query gets in any batch.
+// PlaidCandidatesBatch for one query ([lq, dim] fp32), its product on the
+// calling thread: the same candidates as that query gets in any batch.
 std::vector<DocRef> PlaidCandidates(const CorpusSnapshot& snapshot,
                                     const float* query, int64_t lq,
                                     const PlaidSearchParams& params);

@@ -131,6 +131,49 @@ absl::Status ValidateAssignNearestCentroids(absl::Span<const float> tokens,
   return absl::OkStatus();
 }
 
+absl::Status ValidateScoreCentroids(int shard, int num_shards,
+                                    const PlaidTablesView& tables, int32_t dim,
+                                    absl::Span<const float> tokens,
+                                    absl::Span<const float> scores,
+                                    const BackendLimits& limits) {
+  if (shard < 0 || shard >= num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("ScoreCentroids: shard is ",
+                                                   shard, ", must be in [0, ",
+                                                   num_shards, ")"));
+  }
+  if (dim < 1 || dim > limits.max_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("ScoreCentroids: dim is ",
+                                                   dim, ", must be in [1, ",
+                                                   limits.max_dim, "]"));
+  }
+  // Centroid indices are int32 inside the kernels.
+  constexpr int64_t kMaxCentroids = (int64_t{1} << 31) - 1;
+  if (tables.centroids == nullptr || tables.num_centroids < 1 ||
+      tables.num_centroids > kMaxCentroids) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScoreCentroids: tables.num_centroids is ", tables.num_centroids,
+        tables.centroids == nullptr ? " and tables.centroids is null" : "",
+        "; must be in [1, ", kMaxCentroids, "] with centroids"));
+  }
+  if (tokens.size() % static_cast<size_t>(dim) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ScoreCentroids: tokens has ", tokens.size(),
+                     " values, not a multiple of dim ", dim));
+  }
+  const int64_t m = static_cast<int64_t>(tokens.size()) / dim;
+  if (m > limits.max_batch_query_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScoreCentroids: tokens has ", m, " rows, the limit is ",
+        limits.max_batch_query_tokens, " (max_batch_query_tokens)"));
+  }
+  if (static_cast<int64_t>(scores.size()) != m * tables.num_centroids) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ScoreCentroids: scores has ", scores.size(), " entries for ", m,
+        " rows x ", tables.num_centroids, " centroids"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCorpusBudget(const std::string& backend, int64_t held,
                                int64_t bytes, int64_t budget) {
   return CheckBudget("Upload", "--corpus_budget_bytes", backend, held, bytes,

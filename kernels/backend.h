@@ -6,8 +6,9 @@
 //   d_t>
 //
 // with fp32 accumulation; a document with no tokens scores -inf. A backend
-// with the kernel also runs the assignment step of k-means for PLAID codec
-// training (AssignNearestCentroids).
+// with the kernels also runs the assignment step of k-means for PLAID codec
+// training (AssignNearestCentroids) and the centroid product of PLAID
+// candidate generation (ScoreCentroids).
 //
 // Ownership: the index owns segment data on the host and asks the backend to
 // make a resident copy of each array (Upload). The returned buffer owns that
@@ -284,6 +285,41 @@ class Backend {
   // problem by it: on a GPU, ColBERT's centroid count over a larger
   // sample costs seconds; on the host, minutes.
   virtual bool AssignsNearestCentroids() const { return false; }
+
+  // Step 1 of PLAID candidate generation (index/plaid_search.h), the
+  // product Q C^T, on this backend's accelerator: scores[r * k + c] = the
+  // dot product of row r of `tokens` [m, dim] and centroid c of
+  // `tables.centroids` [k, dim], where m = tokens.size() / dim and k =
+  // tables.num_centroids. `tables` lives in the memory of shard `shard`
+  // (Backend::shard; 0 on a backend with one shard), as a PLAID codec's
+  // resident tables do (CorpusCodec::ResidentTables(shard)); only its fp32
+  // centroids are read. tokens and scores ([m, k]) are fp32, row-major, in
+  // host memory. Each cell is computed as the host's PlaidCentroidScores
+  // computes it: 16 partial sums, lane l over dimensions j = l (mod 16) in
+  // ascending order, for the first dim - dim % 16 dimensions; then the
+  // lanes summed in order 0..15; then the remaining dimensions added in
+  // order; every product and sum rounded to fp32 separately (no fused
+  // multiply-add), each accumulator starting at +0. So the scores equal the
+  // host's bit for bit. Blocks until the scores are written; allocates
+  // nothing. No tokens (m = 0) is a no-op. Errors: UNIMPLEMENTED where the
+  // backend has no such kernel (the default: the caller computes on the
+  // host); INVALID_ARGUMENT naming the field and the limit for a shard out
+  // of range, dim outside [1, limits().max_dim], tokens not a multiple of
+  // dim, more rows than limits().max_batch_query_tokens, tables without
+  // centroids, or scores of another length; UNAVAILABLE after a device
+  // failure.
+  virtual absl::Status ScoreCentroids(int /*shard*/,
+                                      const PlaidTablesView& /*tables*/,
+                                      int32_t /*dim*/,
+                                      absl::Span<const float> /*tokens*/,
+                                      absl::Span<float> /*scores*/) {
+    return absl::UnimplementedError(
+        "ScoreCentroids: this backend computes no centroid product; compute "
+        "it on the host");
+  }
+  // Whether ScoreCentroids is implemented (on every shard). A caller that
+  // gets false computes the product on the host without asking.
+  virtual bool ScoresCentroids() const { return false; }
 };
 
 // Checks AssignNearestCentroids' arguments (see there): INVALID_ARGUMENT
@@ -292,6 +328,15 @@ absl::Status ValidateAssignNearestCentroids(absl::Span<const float> tokens,
                                             absl::Span<const float> centroids,
                                             int32_t dim,
                                             absl::Span<const int64_t> codes);
+
+// Checks ScoreCentroids' arguments (see there) on a backend of
+// `num_shards` shards: INVALID_ARGUMENT naming the field and the limit.
+// Shared by the backends that implement it.
+absl::Status ValidateScoreCentroids(int shard, int num_shards,
+                                    const PlaidTablesView& tables, int32_t dim,
+                                    absl::Span<const float> tokens,
+                                    absl::Span<const float> scores,
+                                    const BackendLimits& limits);
 
 // Checks a batch against the limits and the views' shapes, shared by every
 // backend. Names the field and the limit in the message.

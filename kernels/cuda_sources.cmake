@@ -24,6 +24,7 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_tma_plaid2.cu
   maxsim_tma_plaid4.cu
   maxsim_tma_plaidmma.cu
+  plaid_centroids.cu
   plaid_qc.cu
   plaid_scan.cu
   topk.cu

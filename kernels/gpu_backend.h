@@ -15,7 +15,10 @@
 // 64 MB token buffers that it fills in turn, and the codes; the scratch
 // counts with the corpus arrays against corpus_budget_bytes while it
 // lives, and is freed before the call returns. It runs on two streams of
-// its own, so searches keep their worker slots meanwhile.
+// its own, so searches keep their worker slots meanwhile. ScoreCentroids()
+// (PLAID candidate generation's centroid product, a request path) takes a
+// worker slot like a search and allocates nothing: it runs in chunks
+// through the slot's scratch (centroid_score_entries).
 //
 // Thread-safety: as Backend. Each Search() holds one worker slot for its
 // duration; with all slots busy a caller waits for one. A CUDA error that
@@ -101,6 +104,17 @@ struct GpuBackendOptions {
   // term as the MMA's initial accumulator; its table, twice the float16
   // one's bytes, shares the limit above). False: the TMA kernel's.
   bool plaid_warp_scan = true;
+  // ScoreCentroids (PLAID candidate generation's Q C^T, kernels/
+  // plaid_centroids.h): fp32 scores per chunk. Each worker holds a device
+  // buffer of this many scores, two pinned host buffers of as many through
+  // which the chunks come back (the copy of one overlapping the host's
+  // read of the other), and a device buffer of as many query values (at
+  // least one row of limits.max_dim): at the default, 16 MiB of device
+  // memory and 16 MiB of pinned host memory per worker. A product larger
+  // than a chunk runs in several (rows, then columns). 0: no buffers, and
+  // ScoreCentroids answers UNIMPLEMENTED (the caller computes on the
+  // host).
+  int64_t centroid_score_entries = int64_t{1} << 21;
 };
 
 class GpuBackend {

@@ -169,6 +169,25 @@ bool ShardedBackend::AssignsNearestCentroids() const {
   return shards_[0]->AssignsNearestCentroids();
 }
 
+absl::Status ShardedBackend::ScoreCentroids(int shard,
+                                            const PlaidTablesView& tables,
+                                            int32_t dim,
+                                            absl::Span<const float> tokens,
+                                            absl::Span<float> scores) {
+  if (shard < 0 || shard >= num_shards()) {
+    return absl::InvalidArgumentError(absl::StrCat("ScoreCentroids: shard is ",
+                                                   shard, ", must be in [0, ",
+                                                   num_shards(), ")"));
+  }
+  // The child is a backend of one shard: its own memory is shard 0.
+  return shards_[shard]->ScoreCentroids(0, tables, dim, tokens, scores);
+}
+
+bool ShardedBackend::ScoresCentroids() const {
+  return std::all_of(shards_.begin(), shards_.end(),
+                     [](const auto& s) { return s->ScoresCentroids(); });
+}
+
 std::vector<DeviceMemory> ShardedBackend::Memory() const {
   std::map<int, DeviceMemory> by_device;
   for (const auto& s : shards_) {

@@ -16,7 +16,9 @@
 //
 // Ownership: owns the children. Upload(), Pin() and AssignNearestCentroids()
 // go to shard 0; a corpus places each segment on a shard by uploading
-// through shard(i).
+// through shard(i). ScoreCentroids(shard, ...) goes to the shard named,
+// whose memory holds the tables (every shard holds a copy of a PLAID
+// codec's), and runs on the calling thread.
 //
 // Thread-safety: as Backend.
 #ifndef MAXSIMD_KERNELS_SHARDED_BACKEND_H_
@@ -64,6 +66,12 @@ class ShardedBackend final : public Backend {
                                       int32_t dim,
                                       absl::Span<int64_t> codes) override;
   bool AssignsNearestCentroids() const override;
+  // Shard `shard`'s, with the tables in its memory.
+  absl::Status ScoreCentroids(int shard, const PlaidTablesView& tables,
+                              int32_t dim, absl::Span<const float> tokens,
+                              absl::Span<float> scores) override;
+  // True when every shard scores centroids.
+  bool ScoresCentroids() const override;
 
  private:
   class Executor;  // the threads of one shard

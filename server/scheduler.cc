@@ -103,8 +103,6 @@ absl::Status ValidateSchedulerOptions(const SchedulerOptions& o) {
 Scheduler::Scheduler(Backend* backend, const SchedulerOptions& options,
                      Metrics* metrics, const Clock* clock)
     : backend_(backend),
-      plaid_pool_(
-          static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       options_(options),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : RealClock()),
@@ -532,6 +530,14 @@ void Scheduler::EndRunningScan(absl::Time expected_end,
   if (options_.max_running_scans > 0) BumpGenerationLocked();
 }
 
+ThreadPool* Scheduler::PlaidPool() {
+  absl::call_once(plaid_pool_once_, [this] {
+    plaid_pool_ = std::make_unique<ThreadPool>(
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  });
+  return plaid_pool_.get();
+}
+
 void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
                                         std::vector<Entry>* live) {
   std::vector<PlaidQuery> queries;
@@ -545,11 +551,28 @@ void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
   if (queries.empty()) return;
   const absl::Time begin = clock_->Now();
   PlaidBatchStats stats;
-  std::vector<std::vector<DocRef>> found =
-      PlaidCandidatesBatch(snapshot, queries, &stats, &plaid_pool_);
+  PlaidProduct product;
+  product.backend = backend_;
+  product.host_pool = [this] { return PlaidPool(); };
+  absl::StatusOr<std::vector<std::vector<DocRef>>> found =
+      PlaidCandidatesBatch(snapshot, queries, product, &stats);
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - begin);
+  if (!found.ok()) {
+    // The queries that needed candidates get the error; the others run.
+    std::vector<Entry> kept;
+    kept.reserve(live->size());
+    for (Entry& e : *live) {
+      if (e.task.query.plaid_search.has_value()) {
+        e.task.done(found.status());
+      } else {
+        kept.push_back(std::move(e));
+      }
+    }
+    *live = std::move(kept);
+    return;
+  }
   for (size_t i = 0; i < targets.size(); ++i) {
-    targets[i]->candidates = std::move(found[i]);
+    targets[i]->candidates = std::move((*found)[i]);
     targets[i]->plaid_search.reset();
   }
   if (metrics_) {
@@ -586,8 +609,16 @@ void Scheduler::RunBatch(Batch batch, absl::Time start) {
     return;
   }
 
-  const CorpusSnapshot& snapshot = *live.front().task.snapshot;
+  // The snapshot outlives `live`'s entries: a failed generation drops its
+  // queries, the first maybe among them.
+  const std::shared_ptr<const CorpusSnapshot> snapshot_ref =
+      live.front().task.snapshot;
+  const CorpusSnapshot& snapshot = *snapshot_ref;
   GeneratePlaidCandidates(snapshot, &live);
+  if (live.empty()) {
+    end_running_scan();
+    return;
+  }
   SearchBatch search;
   search.dim = snapshot.config().dim;
   search.quantize_queries = snapshot.config().quantize_queries;

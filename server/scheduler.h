@@ -44,7 +44,13 @@
 // stacked tokens of all of them) for all such queries of the batch, after
 // the batch's deadline and cancellation checks and without mu_, over the
 // batch's snapshot (a batch reads one), then ranks them with the batch's
-// other reranks. Its time is part of the batch's compute time.
+// other reranks. Its time is part of the batch's compute time. The product
+// runs on the backend where it scores centroids (Backend::ScoreCentroids:
+// the GPU backend), else on a host thread pool that starts with the first
+// PLAID batch; the pool also takes the batch's queries in parallel for the
+// probing and pruning that follow. A product that fails on the backend answers
+// the batch's PLAID queries with its error (UNAVAILABLE after a device
+// failure); the batch's other queries still run.
 //
 // Scan admission: with max_running_scans > 0, no scan lane is ready while
 // that many scan batches are inside the backend. A scan batch fills the
@@ -93,6 +99,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -300,15 +307,22 @@ class Scheduler {
   void AnswerExpired(std::vector<Entry> expired, absl::Time now);
   // Runs PLAID candidate generation, one PlaidCandidatesBatch over
   // `snapshot` (the batch's), for the tasks of *live that need it, and
-  // fills their candidates. Called without mu_.
+  // fills their candidates; if it fails, answers those tasks with the
+  // error and removes them from *live. Called without mu_.
   void GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
                                std::vector<Entry>* live);
+  // The host threads of PLAID centroid products, started on first use.
+  ThreadPool* PlaidPool();
   void RunBatch(Batch batch, absl::Time start);
 
   Backend* const backend_;
-  // Threads of PLAID candidate generation's centroid product (one per
-  // hardware thread); one product at a time, whichever executor asks.
-  ThreadPool plaid_pool_;
+  // Threads of PLAID candidate generation on the host (one per hardware
+  // thread): the centroid product where the backend does not score
+  // centroids, and the probing and pruning of a batch's queries. Started by
+  // the first PLAID batch; one loop at a time, whichever executor asks.
+  // Written once, under plaid_pool_once_.
+  absl::once_flag plaid_pool_once_;
+  std::unique_ptr<ThreadPool> plaid_pool_;
   const SchedulerOptions options_;
   Metrics* const metrics_;
   const Clock* const clock_;

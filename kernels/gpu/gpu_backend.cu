@@ -14,7 +14,9 @@
 //
 // AssignNearestCentroids() runs the k-means assignment of PLAID codec
 // training (kmeans.h) on its own two streams, with scratch allocated for
-// the call.
+// the call. ScoreCentroids() runs PLAID candidate generation's centroid
+// product (plaid_centroids.h) on a worker slot, in chunks through the
+// slot's scratch.
 //
 // Nothing here allocates on the request path; Upload() is the write path.
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -36,6 +39,7 @@
 #include "kernels/kmeans.h"
 #include "kernels/maxsim_tma.h"
 #include "kernels/plaid_bits.h"
+#include "kernels/plaid_centroids.h"
 
 namespace maxsimd {
 namespace {
@@ -180,6 +184,12 @@ class GpuBackendImpl final : public Backend {
                                       int32_t dim,
                                       absl::Span<int64_t> codes) override;
   bool AssignsNearestCentroids() const override { return true; }
+  absl::Status ScoreCentroids(int shard, const PlaidTablesView& tables,
+                              int32_t dim, absl::Span<const float> tokens,
+                              absl::Span<float> scores) override;
+  bool ScoresCentroids() const override {
+    return options_.centroid_score_entries > 0;
+  }
 
  private:
   struct Plan;  // one request's host-side plan
@@ -199,6 +209,9 @@ class GpuBackendImpl final : public Backend {
   absl::Status Sticky(absl::Status st);
   // Checks what the GPU backend adds to ValidateSearchParams.
   absl::Status ValidateSegments(const SearchParams& params) const;
+  absl::Status RunCentroidScores(Worker& w, const PlaidTablesView& tables,
+                                 int32_t dim, absl::Span<const float> tokens,
+                                 absl::Span<float> scores);
   absl::Status RunSearch(Worker& w, const SearchParams& p,
                          absl::Span<std::vector<ScoredDoc>> results,
                          SearchTiming* timing);
@@ -520,6 +533,143 @@ absl::Status GpuBackendImpl::RunAssign(absl::Span<const float> tokens,
   return absl::OkStatus();
 }
 
+// One chunk of a ScoreCentroids call: the scores of rows [row0, row0 +
+// rows) against centroids [col0, col0 + cols), with the rows read from the
+// worker's token block, which holds the call's rows from `block0` on.
+struct CentroidChunk {
+  int64_t row0 = 0, rows = 0, col0 = 0, cols = 0, block0 = 0;
+};
+
+// Enqueues chunk `c` on w.stream: the kernel into w.qc_scores, then its
+// copy into pinned buffer `buf`, whose event marks it done.
+absl::Status EnqueueCentroidChunk(Worker& w, const PlaidTablesView& tables,
+                                  int32_t dim, const CentroidChunk& c,
+                                  int buf) {
+  CentroidScoresParams p;
+  p.tokens = w.qc_tokens + (c.row0 - c.block0) * dim;
+  p.num_tokens = c.rows;
+  p.centroids = tables.centroids + c.col0 * dim;
+  p.num_centroids = c.cols;
+  p.dim = dim;
+  p.scores = w.qc_scores;
+  p.ld_scores = c.cols;
+  MAXSIMD_RETURN_IF_ERROR(LaunchCentroidScores(p, w.stream));
+  MAXSIMD_CUDA_CHECK(
+      cudaMemcpyAsync(w.qc_pinned[buf], w.qc_scores,
+                      static_cast<size_t>(c.rows * c.cols) * sizeof(float),
+                      cudaMemcpyDeviceToHost, w.stream));
+  MAXSIMD_CUDA_CHECK(cudaEventRecord(w.qc_copied[buf], w.stream));
+  return absl::OkStatus();
+}
+
+// Waits for chunk `c`'s copy into pinned buffer `buf` and moves it into
+// `scores` ([rows, k]), on w.pack_pool's threads where the worker has them
+// (one thread's memcpy moves about 8 GB/s, slower than the copy from the
+// device): pieces of about kDrainPiece values, whole rows of the chunk.
+absl::Status DrainCentroidChunk(Worker& w, const CentroidChunk& c, int buf,
+                                int64_t k, absl::Span<float> scores) {
+  constexpr int64_t kDrainPiece = int64_t{1} << 18;  // 1 MiB
+  MAXSIMD_CUDA_CHECK(cudaEventSynchronize(w.qc_copied[buf]));
+  const float* src = w.qc_pinned[buf];
+  float* dst = scores.data() + c.row0 * k + c.col0;
+  // A chunk of whole rows is one run of values: cut it anywhere.
+  const bool whole = c.cols == k;
+  const int64_t runs = whole ? 1 : c.rows;
+  const int64_t run = whole ? c.rows * k : c.cols;
+  const int64_t per_run = (run + kDrainPiece - 1) / kDrainPiece;
+  auto copy = [&](int, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t r = p / per_run;
+      const int64_t at = (p % per_run) * kDrainPiece;
+      std::memcpy(
+          dst + r * k + at, src + r * run + at,
+          static_cast<size_t>(std::min(kDrainPiece, run - at)) * sizeof(float));
+    }
+  };
+  const int64_t pieces = runs * per_run;
+  const int64_t grain = std::max<int64_t>(1, kDrainPiece / run);
+  if (w.pack_pool != nullptr && pieces > grain) {
+    w.pack_pool->ParallelFor(pieces, grain, copy);
+  } else {
+    copy(0, 0, pieces);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackendImpl::ScoreCentroids(int shard,
+                                            const PlaidTablesView& tables,
+                                            int32_t dim,
+                                            absl::Span<const float> tokens,
+                                            absl::Span<float> scores) {
+  if (!ScoresCentroids()) {
+    return absl::UnimplementedError(
+        "GpuBackend::ScoreCentroids: centroid_score_entries is 0, so the "
+        "workers have no scratch for it; compute it on the host");
+  }
+  MAXSIMD_RETURN_IF_ERROR(ValidateScoreCentroids(shard, 1, tables, dim, tokens,
+                                                 scores, options_.limits));
+  if (!healthy_.load()) {
+    return absl::UnavailableError(
+        "GpuBackend::ScoreCentroids: the device has failed");
+  }
+  if (tokens.empty()) return absl::OkStatus();
+  NvtxRange range("maxsimd.plaid_centroids");
+  DeviceGuard guard(options_.device);
+  const int index = AcquireWorker();
+  absl::Status st =
+      RunCentroidScores(workers_[index], tables, dim, tokens, scores);
+  if (!st.ok()) {
+    // Leave the slot's stream idle (and its pinned buffers unwritten).
+    (void)cudaStreamSynchronize(workers_[index].stream);
+  }
+  ReleaseWorker(index);
+  return Sticky(st);
+}
+
+// Rows go to the device a block at a time (as many as w.qc_tokens holds);
+// each block's scores come back in chunks of w.qc_entries: whole rows
+// where a row fits, else one row in pieces of columns. Chunk n computes
+// and copies into pinned buffer n % 2 while the host moves chunk n - 1
+// out of the other.
+absl::Status GpuBackendImpl::RunCentroidScores(Worker& w,
+                                               const PlaidTablesView& tables,
+                                               int32_t dim,
+                                               absl::Span<const float> tokens,
+                                               absl::Span<float> scores) {
+  const int64_t m = static_cast<int64_t>(tokens.size()) / dim;
+  const int64_t k = tables.num_centroids;
+  const int64_t block_rows = std::min(m, w.qc_token_values / dim);
+  const int64_t chunk_rows = std::clamp<int64_t>(
+      w.qc_entries / k, 1, std::min(block_rows, kMaxCentroidScoreTokens));
+  const int64_t chunk_cols = std::min(k, w.qc_entries / chunk_rows);
+  CentroidChunk pending;
+  int64_t n = 0;
+  for (int64_t b0 = 0; b0 < m; b0 += block_rows) {
+    const int64_t b_rows = std::min(block_rows, m - b0);
+    MAXSIMD_CUDA_CHECK(
+        cudaMemcpyAsync(w.qc_tokens, tokens.data() + b0 * dim,
+                        static_cast<size_t>(b_rows * dim) * sizeof(float),
+                        cudaMemcpyHostToDevice, w.stream));
+    for (int64_t r0 = b0; r0 < b0 + b_rows; r0 += chunk_rows) {
+      for (int64_t c0 = 0; c0 < k; c0 += chunk_cols) {
+        const CentroidChunk c{r0, std::min(chunk_rows, b0 + b_rows - r0), c0,
+                              std::min(chunk_cols, k - c0), b0};
+        MAXSIMD_RETURN_IF_ERROR(
+            EnqueueCentroidChunk(w, tables, dim, c, static_cast<int>(n % 2)));
+        if (n > 0) {
+          MAXSIMD_RETURN_IF_ERROR(DrainCentroidChunk(
+              w, pending, static_cast<int>((n - 1) % 2), k, scores));
+        }
+        pending = c;
+        ++n;
+      }
+    }
+  }
+  MAXSIMD_CUDA_CHECK(WaitForSearch(w.stream));
+  return DrainCentroidChunk(w, pending, static_cast<int>((n - 1) % 2), k,
+                            scores);
+}
+
 absl::Status GpuBackendImpl::ValidateSegments(
     const SearchParams& params) const {
   const DType dtype = params.segments[0].resident.dtype;
@@ -709,6 +859,11 @@ absl::StatusOr<std::unique_ptr<Backend>> GpuBackend::Create(
       options.max_query_elements < 32 || options.scan_chunk_entries < 1) {
     return absl::InvalidArgumentError(
         "GpuBackend::Create: limits must be positive");
+  }
+  if (options.centroid_score_entries < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GpuBackend::Create: centroid_score_entries is ",
+        options.centroid_score_entries, ", must be 0 (off) or more"));
   }
   DeviceGuard guard(options.device);
   auto backend = std::make_unique<GpuBackendImpl>(options);

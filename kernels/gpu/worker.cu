@@ -20,6 +20,31 @@ cudaError_t DeviceMalloc(void** ptr, size_t bytes) {
   return cudaMalloc(ptr, bytes);
 }
 
+namespace {
+
+// ScoreCentroids' scratch (Worker::qc_*).
+absl::Status InitCentroidScratch(const GpuBackendOptions& options, Worker* w) {
+  if (options.centroid_score_entries <= 0) return absl::OkStatus();
+  w->qc_entries = options.centroid_score_entries;
+  w->qc_token_values =
+      std::max<int64_t>(options.centroid_score_entries, options.limits.max_dim);
+  MAXSIMD_CUDA_CHECK(
+      DeviceMalloc(&w->qc_tokens, w->qc_token_values * sizeof(float)));
+  MAXSIMD_CUDA_CHECK(
+      DeviceMalloc(&w->qc_scores, w->qc_entries * sizeof(float)));
+  for (int b = 0; b < 2; ++b) {
+    MAXSIMD_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&w->qc_pinned[b]),
+                                     w->qc_entries * sizeof(float),
+                                     cudaHostAllocDefault));
+    MAXSIMD_CUDA_CHECK(
+        cudaEventCreateWithFlags(&w->qc_copied[b], cudaEventDisableTiming));
+  }
+  w->device_bytes += (w->qc_token_values + w->qc_entries) * sizeof(float);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status InitWorker(const GpuBackendOptions& options, Worker* w) {
   const BackendLimits& lim = options.limits;
   MAXSIMD_CUDA_CHECK(
@@ -81,7 +106,7 @@ absl::Status InitWorker(const GpuBackendOptions& options, Worker* w) {
     w->device_bytes += kStreamBuffers * options.stream_buffer_bytes;
     w->pack_pool = std::make_unique<ThreadPool>(kPackThreads);
   }
-  return absl::OkStatus();
+  return InitCentroidScratch(options, w);
 }
 
 void DestroyWorker(Worker* w) {
@@ -93,6 +118,12 @@ void DestroyWorker(Worker* w) {
        {w->start, w->staged, w->ready, w->done, w->stream_first, w->stream_last,
         w->copied[0], w->copied[1], w->consumed[0], w->consumed[1]}) {
     if (e != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
+  }
+  for (int b = 0; b < 2; ++b) {
+    if (w->qc_copied[b] != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaEventDestroy(w->qc_copied[b]));
+    if (w->qc_pinned[b] != nullptr)
+      MAXSIMD_CUDA_CHECK_NOTHROW(cudaFreeHost(w->qc_pinned[b]));
   }
   for (int b = 0; b < kStreamBuffers; ++b) {
     if (w->dev_stream[b])
@@ -113,7 +144,8 @@ void DestroyWorker(Worker* w) {
        {static_cast<void*>(w->dev_in), static_cast<void*>(w->scores),
         static_cast<void*>(w->topk), static_cast<void*>(w->ws.partial[0]),
         static_cast<void*>(w->ws.partial[1]),
-        static_cast<void*>(w->plaid_table)}) {
+        static_cast<void*>(w->plaid_table), static_cast<void*>(w->qc_tokens),
+        static_cast<void*>(w->qc_scores)}) {
     if (p != nullptr) MAXSIMD_CUDA_CHECK_NOTHROW(cudaFree(p));
   }
   if (w->stream != nullptr)

@@ -9,6 +9,9 @@
 //   plaid_table          the PlaidMma query-centroid table (plaid_table_bytes)
 //   dev_stream, pinned_stream, copy_stream
 //                        streaming of host-placed tokens (stream_buffer_bytes)
+//   qc_*                 ScoreCentroids' query rows, a chunk of their scores
+//                        and its two pinned return buffers
+//                        (centroid_score_entries)
 //
 // Internal to kernels/gpu: this header names CUDA types.
 // Thread-safety: a worker is used by one search at a time (the backend
@@ -72,6 +75,17 @@ struct Worker {
   cudaEvent_t stream_first = nullptr, stream_last = nullptr;  // timing
   // Threads that gather a rerank's host-placed rows into pinned_stream.
   std::unique_ptr<ThreadPool> pack_pool;
+  // ScoreCentroids (GpuBackendOptions::centroid_score_entries; all null
+  // when it is 0): a block of query rows (qc_token_values fp32 values, at
+  // least one row of limits.max_dim), one chunk of their scores
+  // (qc_entries), and two pinned buffers of qc_entries through which the
+  // chunks come back in turn; qc_copied[b] marks buffer b's copy done.
+  float* qc_tokens = nullptr;
+  int64_t qc_token_values = 0;
+  float* qc_scores = nullptr;
+  float* qc_pinned[2] = {};
+  cudaEvent_t qc_copied[2] = {};
+  int64_t qc_entries = 0;
   // Device bytes of all the above.
   int64_t device_bytes = 0;
 };

@@ -333,7 +333,9 @@ TEST_F(GpuBackendFaultTest, MallocFaultIsResourceExhaustedAndNotSticky) {
 // scans and reranks of every layout run: float16 and bfloat16 (resident
 // and host-placed), int8 (both query modes, the int8 MMA included) and
 // PLAID at 1, 2 and 4 bits (the int8 MMA with its query-centroid table,
-// the warp scan, and the float16 decode).
+// the warp scan, and the float16 decode); and PLAID candidate generation's
+// centroid product (ScoreCentroids) on each codec's tables, in one chunk
+// and, on a backend with a small chunk, in many.
 TEST_F(GpuBackendFaultTest, SearchAllocatesNothingForAnyLayout) {
   auto backend = MakeGpuBackend();
   ASSERT_NE(backend, nullptr);
@@ -365,6 +367,18 @@ TEST_F(GpuBackendFaultTest, SearchAllocatesNothingForAnyLayout) {
   }
   const std::vector<float> small = RandomQuery(rng, 20, kDim);  // one tile
   const std::vector<float> wide = RandomQuery(rng, 50, kDim);
+  // Centroid products of 1000 scores a chunk: 300 centroids come back 3
+  // rows at a time.
+  GpuBackendOptions chunked = ::maxsimd::testing::TestOptions();
+  chunked.centroid_score_entries = 1000;
+  auto chunking = MakeGpuBackend(chunked);
+  ASSERT_NE(chunking, nullptr);
+  std::vector<std::unique_ptr<ResidentBuffer>> chunking_centroids;
+  for (const auto& h : plaid_hosts) {
+    chunking_centroids.push_back(
+        chunking->Upload(h.centroids.data(), h.centroids.size() * sizeof(float))
+            .value());
+  }
 
   fault::ScopedFault count(fault::kGpuMalloc, fault::Schedule::CountOnly());
   int searches = 0;
@@ -403,6 +417,26 @@ TEST_F(GpuBackendFaultTest, SearchAllocatesNothingForAnyLayout) {
   EXPECT_GE(searches, 8);
   EXPECT_EQ(fault::Hits(fault::kGpuMalloc), 0)
       << "cudaMalloc calls during " << searches << " searches";
+
+  // The product reads only the fp32 centroids, whatever the layout serves.
+  int products = 0;
+  for (size_t i = 0; i < plaid.size(); ++i) {
+    const PlaidTablesView& tables = plaid[i].tables;
+    PlaidTablesView on_chunking = tables;
+    on_chunking.centroids =
+        static_cast<const float*>(chunking_centroids[i]->data());
+    for (Backend* b : {backend.get(), chunking.get()}) {
+      const PlaidTablesView& t = b == chunking.get() ? on_chunking : tables;
+      std::vector<float> scores(50 * tables.num_centroids);
+      ASSERT_TRUE(
+          b->ScoreCentroids(0, t, kDim, wide, absl::MakeSpan(scores)).ok());
+      ++products;
+    }
+  }
+  EXPECT_EQ(products, 6);
+  EXPECT_EQ(fault::Hits(fault::kGpuMalloc), 0)
+      << "cudaMalloc calls during " << searches << " searches and " << products
+      << " centroid products";
 }
 
 TEST_F(GpuBackendFaultTest, MallocFaultAtCreationIsAnError) {

@@ -22,3 +22,9 @@ target_compile_definitions(gpu_backend_test PRIVATE
 maxsimd_add_test(NAME gpu_kmeans_test SOURCES gpu_kmeans_test.cc
                  LIBS maxsimd_kernels maxsimd_index LABELS gpu)
 target_compile_options(gpu_kmeans_test PRIVATE -ffp-contract=off)
+# PLAID candidate generation's centroid product on the GPU
+# (kernels/plaid_centroids.h, Backend::ScoreCentroids) against the host's
+# (index/plaid_search.h), bit for bit.
+maxsimd_add_test(NAME gpu_backend_centroids_test
+                 SOURCES gpu_backend_centroids_test.cc
+                 LIBS maxsimd_kernels maxsimd_index LABELS gpu)

@@ -1,10 +1,14 @@
 // Scheduler: batching window (size, tokens, delay), deadlines, cancellation,
 // priority, queue limits, fairness between corpora, draining, and PLAID
-// candidate generation run per batch. Timing is driven by a fake clock; the
-// backend records every batch it ran and can be held shut so that a test
-// controls when an executor is busy.
+// candidate generation run per batch (its centroid product on the host, or
+// on a backend that scores centroids, whose failure fails the PLAID
+// queries). Timing is driven by a fake clock; the backend records every
+// batch it ran and can be held shut so that a test controls when an
+// executor is busy.
 #include "server/scheduler.h"
 
+#include <algorithm>
+#include <atomic>
 #include <deque>
 #include <optional>
 #include <string>
@@ -14,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/plaid_search.h"
 #include "index/synthetic.h"
 #include "kernels/maxsim_cpu.h"
 #include "prometheus/metric_family.h"
@@ -39,9 +44,14 @@ using ::testing::UnorderedElementsAre;
 constexpr absl::Duration kGuard = absl::Seconds(30);
 
 // Wraps the CPU backend. Each Search() waits while the gate is shut, then
-// records the batch it ran.
+// records the batch it ran. ScoreCentroids, as `product` says: kNone, not
+// implemented (the default: the scheduler's host pool runs products);
+// kHost, the host's product, as a GPU computes it; kFail, UNAVAILABLE as
+// after a device failure. Every call is counted.
 class TestBackend final : public testing::ForwardingBackend {
  public:
+  enum class Product { kNone, kHost, kFail };
+
   struct Call {
     int32_t num_queries = 0;
     int32_t dim = 0;
@@ -64,6 +74,28 @@ class TestBackend final : public testing::ForwardingBackend {
   bool SupportsDType(DType dtype, int32_t dim) const override {
     return cpu_->SupportsDType(dtype, dim);
   }
+  // Set before a scheduler runs products.
+  void SetProduct(Product p) { product_ = p; }
+  bool ScoresCentroids() const override { return product_ != Product::kNone; }
+  absl::Status ScoreCentroids(int shard, const PlaidTablesView& tables,
+                              int32_t dim, absl::Span<const float> tokens,
+                              absl::Span<float> scores) override {
+    product_calls_.fetch_add(1);
+    if (product_ == Product::kNone) {
+      return ForwardingBackend::ScoreCentroids(shard, tables, dim, tokens,
+                                               scores);
+    }
+    if (product_ == Product::kFail) {
+      return absl::UnavailableError("test: the device has failed");
+    }
+    // The tables are in host memory on the CPU backend.
+    const std::vector<float> host =
+        testing::HostTablesProduct(tables, dim, tokens);
+    std::copy(host.begin(), host.end(), scores.begin());
+    return absl::OkStatus();
+  }
+  int product_calls() const { return product_calls_.load(); }
+
   absl::Status Search(const SearchParams& p,
                       absl::Span<std::vector<ScoredDoc>> r,
                       SearchTiming* t) override {
@@ -135,6 +167,8 @@ class TestBackend final : public testing::ForwardingBackend {
  private:
   const Backend* cpu_ = nullptr;  // the wrapped backend
   std::optional<BackendLimits> limits_;
+  Product product_ = Product::kNone;
+  std::atomic<int> product_calls_{0};
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   int entered_ ABSL_GUARDED_BY(mu_) = 0;
@@ -860,6 +894,88 @@ TEST_F(SchedulerTest, PlaidQueriesOfOneBatchShareOneCentroidProduct) {
   }
   EXPECT_EQ(Products(), 1 + kN);
   EXPECT_EQ(Generated(), 2 * kN);
+}
+
+// On a backend that scores centroids a batch's product runs there, once
+// (the host pool never runs one), and the queries rank as they do with the
+// host's product; on one that does not, the backend is never asked.
+TEST_F(SchedulerTest, PlaidProductRunsOnABackendThatScoresCentroids) {
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  constexpr int kN = 4;
+  std::vector<Result*> runs[2];  // [0]: host product, [1]: the backend's
+  for (int on_backend : {0, 1}) {
+    backend_.SetProduct(on_backend ? TestBackend::Product::kHost
+                                   : TestBackend::Product::kNone);
+    SchedulerOptions o = LongWindow();
+    o.max_batch_queries = kN;
+    Scheduler s(&backend_, o, &metrics_, &clock_);
+    std::vector<QueryTask> tasks;
+    for (int i = 0; i < kN; ++i) {
+      runs[on_backend].push_back(NewResult());
+      tasks.push_back(
+          PlaidTask(runs[on_backend][i], plaid, i * 53, /*top_k=*/5));
+    }
+    ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+    for (Result* r : runs[on_backend]) ASSERT_TRUE(r->Wait());
+    EXPECT_EQ(backend_.product_calls(), on_backend);
+  }
+  EXPECT_EQ(Products(), 2);
+  EXPECT_EQ(Generated(), 2 * kN);
+  EXPECT_EQ(backend_.batches(), (std::vector<int>{kN, kN}));
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_THAT(runs[0][i]->out, IsOk());
+    ASSERT_THAT(runs[1][i]->out, IsOk());
+    const auto& want = runs[0][i]->out->results;
+    const auto& got = runs[1][i]->out->results;
+    ASSERT_EQ(got.size(), want.size()) << "query " << i;
+    EXPECT_FALSE(got.empty()) << "query " << i;
+    for (size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(got[j].id, want[j].id) << "query " << i << " rank " << j;
+      EXPECT_EQ(got[j].score, want[j].score) << "query " << i << " rank " << j;
+    }
+  }
+}
+
+// A product that fails on the backend answers the PLAID queries of its
+// batch with the backend's error, without a host product; the batch's
+// reranks with candidates still run. A batch of PLAID queries alone then
+// runs no search.
+TEST_F(SchedulerTest, FailedPlaidProductFailsOnlyThePlaidQueriesOfItsBatch) {
+  backend_.Open();
+  auto plaid = MakePlaidCorpus();
+  backend_.SetProduct(TestBackend::Product::kFail);
+  Scheduler s(&backend_, LongWindow(), &metrics_, &clock_);
+  Result* generated = NewResult();
+  Result* given = NewResult();
+  std::vector<QueryTask> tasks;
+  tasks.push_back(PlaidTask(generated, plaid, 1, /*top_k=*/3));
+  QueryTask t = PlaidTask(given, plaid, 2, /*top_k=*/2);
+  t.query.plaid_search.reset();
+  t.query.candidates = {t.snapshot->Find(plaid_synth_.ids[2]).value(),
+                        t.snapshot->Find(plaid_synth_.ids[7]).value()};
+  tasks.push_back(std::move(t));
+  ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(generated->Wait());
+  ASSERT_TRUE(given->Wait());
+  EXPECT_THAT(generated->out, StatusIs(absl::StatusCode::kUnavailable,
+                                       HasSubstr("the device has failed")));
+  ASSERT_THAT(given->out, IsOk());
+  EXPECT_EQ(given->out->results.size(), 2u);
+  EXPECT_EQ(backend_.product_calls(), 1);
+  EXPECT_EQ(Products(), 0);
+  EXPECT_EQ(Generated(), 0);
+  ASSERT_EQ(backend_.calls().size(), 1u);
+  EXPECT_EQ(backend_.calls()[0].top_k, std::vector<int32_t>{2});
+
+  Result* alone = NewResult();
+  ASSERT_THAT(s.Submit(One(PlaidTask(alone, plaid, 4, /*top_k=*/1))), IsOk());
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(alone->Wait());
+  EXPECT_THAT(alone->out, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(backend_.product_calls(), 2);
+  EXPECT_EQ(backend_.calls().size(), 1u);
 }
 
 // A PLAID query whose deadline passes while it is queued is answered

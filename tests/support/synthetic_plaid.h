@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "index/corpus.h"
+#include "index/plaid_search.h"
 #include "index/synthetic.h"
 #include "kernels/backend.h"
 #include "tests/support/status_matchers.h"
@@ -64,6 +65,21 @@ inline std::shared_ptr<Corpus> MakeSyntheticPlaidCorpus(
     const SyntheticCorpus& synth) {
   return MakeSyntheticPlaidCorpus(backend, name, centroids,
                                   absl::MakeConstSpan(&synth, 1));
+}
+
+// What Backend::ScoreCentroids computes, from PLAID tables in host memory
+// (the CPU backend's): the host's product of `tokens` [m, dim] against
+// every centroid, for test backends that stand in for a device's.
+inline std::vector<float> HostTablesProduct(const PlaidTablesView& tables,
+                                            int32_t dim,
+                                            absl::Span<const float> tokens) {
+  PlaidCodec codec;
+  codec.dim = dim;
+  codec.num_centroids = tables.num_centroids;
+  codec.centroids.assign(tables.centroids,
+                         tables.centroids + tables.num_centroids * dim);
+  return PlaidCentroidScores(codec, tokens.data(),
+                             static_cast<int64_t>(tokens.size()) / dim);
 }
 
 }  // namespace maxsimd::testing
