@@ -84,7 +84,7 @@ inline int64_t PlaidQcTableBytes(int64_t tiles, int64_t num_centroids) {
   return tiles * num_centroids * 64;
 }
 // Bytes of the same table in units of each row's factor
-// (TmaLaunchParams::plaid_units), for PLAID scans (LaunchPlaidScan): each
+// (TmaPlaidMmaLayout::plaid_units), for PLAID scans (LaunchPlaidScan): each
 // tile's table in a region of 128 bytes per centroid, then one float per
 // tile (the largest |value| of its int16 form, PlaidUnitsInt16).
 inline int64_t PlaidUnitsTableBytes(int64_t tiles, int64_t num_centroids) {

@@ -1,7 +1,8 @@
-// TMA MaxSim launcher: the dispatch from run-time (dtype, padded width,
-// warpgroups) to the kernel instantiations in maxsim_tma_{fp16,bf16,int8,
-// int8mma}.cu, maxsim_tma_plaid{1,2,4}.cu and maxsim_tma_plaidmma.cu,
-// plus the host helpers that stage queries and encode tensor maps.
+// TMA MaxSim launcher: one entry per layout, the dispatch from run-time
+// (dtype, padded width, warpgroups) to the kernel instantiations of its
+// decode policy (detail/tma_decode.cuh) in maxsim_tma_{fp16,bf16,int8,
+// int8mma}.cu, maxsim_tma_plaid{1,2,4}.cu and maxsim_tma_plaidmma.cu, plus
+// the host helper that encodes tensor maps.
 #include <cudaTypedefs.h>
 
 #include <algorithm>
@@ -9,18 +10,21 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status_macros.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/detail/dtype_dispatch.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/detail/tma.cuh"
+#include "kernels/detail/tma_decode.cuh"
 #include "kernels/maxsim_tma.h"
 #include "kernels/plaid_scan.h"
 
 namespace maxsimd {
 namespace detail {
-// Defined in detail/maxsim_tma_kernel.cuh, instantiated per dtype.
-template <typename Tag, int kDP, int kWG>
-absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream);
+// Defined in detail/maxsim_tma_kernel.cuh, instantiated per decode policy.
+template <typename D, int kDP, int kWG>
+absl::Status LaunchTmaTyped(const TmaArgs<typename D::Layout>& p,
+                            cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -119,84 +123,57 @@ absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
 
 namespace {
 
-template <typename Tag, int kDP>
-absl::Status DispatchWarpgroups(const TmaLaunchParams& p, cudaStream_t s) {
-  if (p.warpgroups == 1) return detail::LaunchTmaTyped<Tag, kDP, 1>(p, s);
-  if (p.warpgroups == 2) return detail::LaunchTmaTyped<Tag, kDP, 2>(p, s);
+template <typename D, int kDP>
+absl::Status DispatchWarpgroups(const TmaArgs<typename D::Layout>& p,
+                                cudaStream_t s) {
+  if (p.warpgroups == 1) return detail::LaunchTmaTyped<D, kDP, 1>(p, s);
+  if (p.warpgroups == 2) return detail::LaunchTmaTyped<D, kDP, 2>(p, s);
   return absl::InvalidArgumentError(absl::StrCat(
       "LaunchMaxSimTma: warpgroups is ", p.warpgroups, ", must be 1 or 2"));
 }
 
-template <typename Tag>
-inline constexpr int kTagPlaidBits = 0;
-template <int kNbits>
-inline constexpr int kTagPlaidBits<detail::Plaid<kNbits>> = kNbits;
-
-// Int8 with quantised queries: the block of the float16 width dim / 2.
-absl::Status DispatchInt8Mma(const TmaLaunchParams& p, cudaStream_t s) {
-  if (p.dpad != TmaPaddedDim(p.dim)) {
-    return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
-                                                   p.dim, " with dpad ", p.dpad,
-                                                   " has no TMA kernel"));
-  }
-  switch (p.dim) {
-    case 128:
-      return DispatchWarpgroups<detail::Int8Mma, 64>(p, s);
-    case 256:
-      return DispatchWarpgroups<detail::Int8Mma, 128>(p, s);
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("LaunchMaxSimTma: dim ", p.dim, " has no int8 MMA kernel"));
+absl::Status NoKernel(const TmaLaunch& p) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "LaunchMaxSimTma: a ", DTypeName(p.dtype), " launch of dim ", p.dim,
+      " (dpad ", p.dpad, ", ", p.warpgroups, " warpgroups) has no TMA kernel"));
 }
 
-// PLAID on the int8 MMA: d = 128, one warpgroup (TmaPlaidUsesMma).
-absl::Status DispatchPlaidMma(const TmaLaunchParams& p, cudaStream_t s) {
-  const int nbits = PlaidNbits(p.dtype);
-  if (!TmaPlaidUsesMma(p.dim, nbits, p.warpgroups) ||
-      p.dpad != TmaPaddedDim(p.dim) || p.q_scales == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LaunchMaxSimTma: a ", DTypeName(p.dtype),
-                     " launch of dim ", p.dim, " with ", p.warpgroups,
-                     " warpgroups has no int8 MMA kernel (or lacks q_scales)"));
-  }
-  switch (nbits) {
-    case 1:
-      return detail::LaunchTmaTyped<detail::PlaidMma<1>, 64, 1>(p, s);
-    case 2:
-      return detail::LaunchTmaTyped<detail::PlaidMma<2>, 64, 1>(p, s);
-    default:
-      return detail::LaunchTmaTyped<detail::PlaidMma<4>, 64, 1>(p, s);
-  }
-}
-
-template <typename Tag>
-absl::Status DispatchDim(const TmaLaunchParams& p, cudaStream_t s) {
-  constexpr bool kInt8 = std::is_same_v<Tag, detail::Int8>;
-  constexpr int kNbits = kTagPlaidBits<Tag>;
-  const bool served = kNbits > 0 ? TmaSupportsPlaidDim(p.dim, kNbits)
-                      : kInt8    ? TmaSupportsInt8Dim(p.dim)
-                                 : TmaSupportsDim(p.dim);
-  if (!served || p.dpad != TmaPaddedDim(p.dim)) {
-    return absl::InvalidArgumentError(absl::StrCat("LaunchMaxSimTma: dim ",
-                                                   p.dim, " with dpad ", p.dpad,
-                                                   " has no TMA kernel"));
-  }
+// The padded widths of decode policy D; `served`: whether D's layout takes
+// p.dim on this path (the TmaSupports* of launch_shapes.h).
+template <typename D>
+absl::Status DispatchDim(const TmaArgs<typename D::Layout>& p, bool served,
+                         cudaStream_t s) {
+  if (!served || p.dpad != TmaPaddedDim(p.dim)) return NoKernel(p);
   switch (p.dpad) {
     case 64:
       // No 1-bit PLAID instance at 64 (TmaSupportsPlaidDim refuses it).
-      if constexpr (kNbits != 1) return DispatchWarpgroups<Tag, 64>(p, s);
+      if constexpr (D::kPlaidBits != 1) return DispatchWarpgroups<D, 64>(p, s);
       break;
     case 128:
-      return DispatchWarpgroups<Tag, 128>(p, s);
+      return DispatchWarpgroups<D, 128>(p, s);
     case 256:
-      return DispatchWarpgroups<Tag, 256>(p, s);
+      return DispatchWarpgroups<D, 256>(p, s);
     default:
       break;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("LaunchMaxSimTma: dpad ", p.dpad));
+  return NoKernel(p);
+}
+
+// A scan's tiles must fit one block's running maxima (TmaLaunch).
+absl::Status CheckTiles(const TmaLaunch& p) {
+  if (p.records == nullptr && p.num_tiles > TmaMaxTiles(p.warpgroups)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
+                     TmaMaxTiles(p.warpgroups)));
+  }
+  return absl::OkStatus();
+}
+
+// INVALID_ARGUMENT naming `field` where it is missing.
+absl::Status Require(bool present, const TmaLaunch& p, const char* field) {
+  if (present) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "LaunchMaxSimTma: a ", DTypeName(p.dtype), " launch needs ", field));
 }
 
 // Writes what this device pass compiled the TMA kernels' bodies as.
@@ -220,42 +197,79 @@ absl::StatusOr<bool> TmaKernelsLoaded(cudaStream_t stream) {
   return host == 1;
 }
 
-absl::Status LaunchMaxSimTma(const TmaLaunchParams& p, cudaStream_t stream) {
-  if (p.records == nullptr && p.num_tiles > TmaMaxTiles(p.warpgroups)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LaunchMaxSimTma: ", p.num_tiles, " tiles, the limit is ",
-                     TmaMaxTiles(p.warpgroups)));
+absl::Status LaunchMaxSimTma(const TmaDenseArgs& p, cudaStream_t stream) {
+  MAXSIMD_RETURN_IF_ERROR(CheckTiles(p));
+  return detail::DispatchDtype(p.dtype, "LaunchMaxSimTma", [&](auto tag) {
+    using D = detail::DenseDecode<decltype(tag)>;
+    return DispatchDim<D>(p, TmaSupportsDim(p.dim), stream);
+  });
+}
+
+absl::Status LaunchMaxSimTma(const TmaInt8Args& p, cudaStream_t stream) {
+  MAXSIMD_RETURN_IF_ERROR(CheckTiles(p));
+  MAXSIMD_RETURN_IF_ERROR(Require(p.dtype == DType::kInt8, p, "dtype int8"));
+  MAXSIMD_RETURN_IF_ERROR(Require(p.scales != nullptr, p, "scales"));
+  if (p.q_scales != nullptr && TmaInt8UsesMma(p.dim, true)) {
+    // Quantised queries: the block of the float16 width dim / 2.
+    if (p.dpad != TmaPaddedDim(p.dim)) return NoKernel(p);
+    switch (p.dim) {
+      case 128:
+        return DispatchWarpgroups<detail::Int8MmaDecode, 64>(p, stream);
+      case 256:
+        return DispatchWarpgroups<detail::Int8MmaDecode, 128>(p, stream);
+      default:
+        return NoKernel(p);
+    }
   }
-  if (PlaidNbits(p.dtype) > 0 &&
-      (p.codes == nullptr || p.scales == nullptr ||
-       p.centroids_f16 == nullptr || p.bucket_weights == nullptr ||
-       p.num_centroids <= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "LaunchMaxSimTma: a ", DTypeName(p.dtype),
-        " launch needs codes, scales, centroids_f16, bucket_weights and "
-        "num_centroids"));
-  }
-  if (PlaidScanApplies(p)) return LaunchPlaidScan(p, stream);
-  if (PlaidNbits(p.dtype) > 0 && p.plaid_qc != nullptr) {
-    return DispatchPlaidMma(p, stream);
-  }
-  if (p.dtype == DType::kInt8 && p.q_scales != nullptr &&
-      TmaInt8UsesMma(p.dim, true)) {
-    return DispatchInt8Mma(p, stream);
-  }
-  switch (p.dtype) {
-    case DType::kPlaid1:
-      return DispatchDim<detail::Plaid<1>>(p, stream);
-    case DType::kPlaid2:
-      return DispatchDim<detail::Plaid<2>>(p, stream);
-    case DType::kPlaid4:
-      return DispatchDim<detail::Plaid<4>>(p, stream);
+  return DispatchDim<detail::Int8Decode>(p, TmaSupportsInt8Dim(p.dim), stream);
+}
+
+absl::Status LaunchMaxSimTma(const TmaPlaidArgs& p, cudaStream_t stream) {
+  MAXSIMD_RETURN_IF_ERROR(CheckTiles(p));
+  const int nbits = PlaidNbits(p.dtype);
+  MAXSIMD_RETURN_IF_ERROR(Require(nbits > 0, p, "a PLAID dtype"));
+  MAXSIMD_RETURN_IF_ERROR(Require(
+      p.scales != nullptr && p.codes != nullptr && p.centroids_f16 != nullptr &&
+          p.bucket_weights != nullptr && p.num_centroids > 0,
+      p, "scales, codes, centroids_f16, bucket_weights and num_centroids"));
+  const bool served = TmaSupportsPlaidDim(p.dim, nbits);
+  switch (nbits) {
+    case 1:
+      return DispatchDim<detail::PlaidDecode<1>>(p, served, stream);
+    case 2:
+      return DispatchDim<detail::PlaidDecode<2>>(p, served, stream);
+    case 4:
+      return DispatchDim<detail::PlaidDecode<4>>(p, served, stream);
     default:
-      break;
+      return NoKernel(p);
   }
-  return detail::DispatchDtype</*kWithInt8=*/true>(
-      p.dtype, "LaunchMaxSimTma",
-      [&](auto tag) { return DispatchDim<decltype(tag)>(p, stream); });
+}
+
+absl::Status LaunchMaxSimTma(const TmaPlaidMmaArgs& p, cudaStream_t stream) {
+  MAXSIMD_RETURN_IF_ERROR(CheckTiles(p));
+  const int nbits = PlaidNbits(p.dtype);
+  MAXSIMD_RETURN_IF_ERROR(Require(nbits > 0, p, "a PLAID dtype"));
+  MAXSIMD_RETURN_IF_ERROR(Require(
+      p.scales != nullptr && p.codes != nullptr && p.num_centroids > 0 &&
+          p.plaid_qc != nullptr && p.q_scales != nullptr,
+      p, "scales, codes, num_centroids, plaid_qc and q_scales"));
+  if (PlaidScanApplies(p)) return LaunchPlaidScan(p, stream);
+  // d = 128, one warpgroup (TmaPlaidUsesMma).
+  if (!TmaPlaidUsesMma(p.dim, nbits, p.warpgroups) ||
+      p.dpad != TmaPaddedDim(p.dim)) {
+    return NoKernel(p);
+  }
+  switch (nbits) {
+    case 1:
+      return detail::LaunchTmaTyped<detail::PlaidMmaDecode<1>, 64, 1>(p,
+                                                                      stream);
+    case 2:
+      return detail::LaunchTmaTyped<detail::PlaidMmaDecode<2>, 64, 1>(p,
+                                                                      stream);
+    default:
+      return detail::LaunchTmaTyped<detail::PlaidMmaDecode<4>, 64, 1>(p,
+                                                                      stream);
+  }
 }
 
 }  // namespace maxsimd

@@ -37,7 +37,10 @@ namespace maxsimd {
 absl::Status EncodeTokenMap(DType dtype, const void* tokens, int64_t num_tokens,
                             int32_t dim, int32_t box_rows, TensorMapBytes* map);
 
-struct TmaLaunchParams {
+// What every TMA launch holds, whatever the layout: the shape, the staged
+// query tiles, the tensor maps, the work (a scan or a gather) and the
+// output. A launch is this plus its layout's own part (TmaArgs below).
+struct TmaLaunch {
   DType dtype = DType::kFloat16;
   int32_t dim = 0;
   int32_t dpad = 0;        // TmaPaddedDim(dim)
@@ -54,39 +57,6 @@ struct TmaLaunchParams {
   // [query_blocks[q], query_blocks[q + 1]). Every query starts on a block.
   const int32_t* query_blocks = nullptr;
   const TensorMapBytes* maps = nullptr;  // device, kTmaMapsPerSlot per slot
-  // Int8 and PLAID corpora: the scales of the segment of each map slot
-  // (device array of device pointers); null otherwise.
-  const float* const* scales = nullptr;
-  // PLAID corpora: the centroid ids of the segment of each map slot (device
-  // array of device pointers; scales as for int8), and the launch's one
-  // codec: float16 centroids [num_centroids, dim] and the 1 << nbits bucket
-  // weights (fp32), device memory. Null otherwise.
-  const int32_t* const* codes = nullptr;
-  const uint16_t* centroids_f16 = nullptr;
-  const float* bucket_weights = nullptr;
-  int64_t num_centroids = 0;
-  // PlaidMma (TmaPlaidUsesMma; LaunchMaxSimTma takes that kernel when
-  // plaid_qc is set): the table of every staged query row against every
-  // centroid, [tiles][num_centroids][16] float16 pairs, pair 8w + g holding
-  // tile rows 16w + g and 16w + g + 8 (LaunchPlaidQueryCentroids), and the
-  // int8 level of each bucket (PlaidMmaLevels: at 4 bits all in [0, 127],
-  // their offset times each row's sum in the table); q_scales then holds
-  // each row's factor, its int8 scale times the levels' step.
-  const uint32_t* plaid_qc = nullptr;
-  int8_t plaid_levels[16] = {};
-  // PlaidMma scans at 2 and 4 bits (PlaidScanApplies), which take
-  // LaunchPlaidScan: the table above in units of each row's factor,
-  // [tiles][num_centroids][32] int32 or, where PlaidUnitsInt16, int16 in
-  // the first half of each tile's region (LaunchPlaidQueryCentroids'
-  // `units`) with the tiles' largest |values| in plaid_units_max, and the
-  // packed residual rows of map slot map_slot, device memory.
-  const int32_t* plaid_units = nullptr;
-  const float* plaid_units_max = nullptr;
-  const void* plaid_rows = nullptr;
-  // Int8 corpora with quantised queries: the scale of every staged query
-  // row (padding rows 1); null otherwise. A row's maxima are multiplied by
-  // it before the sum over the query's rows.
-  const float* q_scales = nullptr;
   // Scan (records == nullptr): documents [doc_begin, doc_begin + num_docs)
   // of the segment of map slot map_slot, docs_per_unit per block, scored
   // against queries [q_begin, q_end) (those with rows in the tiles).
@@ -117,8 +87,78 @@ struct TmaLaunchParams {
   int64_t score_stride = 0;
 };
 
-absl::Status LaunchMaxSimTma(const TmaLaunchParams& params,
-                             cudaStream_t stream);
+// The layouts' own parts. Each names what its decode policy
+// (detail/tma_decode.cuh) reads; all pointers are device memory, and the
+// per-slot arrays are device arrays of device pointers, one entry per map
+// slot.
+
+// Float16 and bfloat16 (dtype says which): the rows are the MMA's operands.
+struct TmaDenseLayout {};
+
+// Int8 (dtype kInt8): the rows' fp32 scales. With quantised queries,
+// q_scales holds the scale of every staged query row (padding rows 1): a
+// row's maxima are multiplied by it before the sum over the query's rows;
+// at widths TmaInt8UsesMma takes, both operands then go to the int8 MMA.
+struct TmaInt8Layout {
+  const float* const* scales = nullptr;
+  const float* q_scales = nullptr;
+};
+
+// PLAID (dtype kPlaid1/2/4) decoded to float16: the rows' scales and
+// centroid ids, and the launch's one codec: float16 centroids
+// [num_centroids, dim] and the 1 << nbits bucket weights (fp32).
+struct TmaPlaidLayout {
+  const float* const* scales = nullptr;
+  const int32_t* const* codes = nullptr;
+  const uint16_t* centroids_f16 = nullptr;
+  const float* bucket_weights = nullptr;
+  int64_t num_centroids = 0;
+};
+
+// PLAID on the int8 MMA (TmaPlaidUsesMma): the rows' scales and centroid
+// ids; the table of every staged query row against every centroid,
+// [tiles][num_centroids][16] float16 pairs, pair 8w + g holding tile rows
+// 16w + g and 16w + g + 8 (LaunchPlaidQueryCentroids), and the int8 level
+// of each bucket (PlaidMmaLevels: at 4 bits all in [0, 127], their offset
+// times each row's sum in the table); q_scales holds each row's factor,
+// its int8 scale times the levels' step.
+//
+// Scans at 2 and 4 bits may take the warp kernel of plaid_scan.h
+// (PlaidScanApplies), which reads: the table above in units of each row's
+// factor, [tiles][num_centroids][32] int32 or, where PlaidUnitsInt16,
+// int16 in the first half of each tile's region (LaunchPlaidQueryCentroids'
+// `units`) with the tiles' largest |values| in plaid_units_max; and the
+// packed residual rows of map slot map_slot (null for a streamed slot).
+struct TmaPlaidMmaLayout {
+  const float* const* scales = nullptr;
+  const int32_t* const* codes = nullptr;
+  int64_t num_centroids = 0;
+  const uint32_t* plaid_qc = nullptr;
+  int8_t plaid_levels[16] = {};
+  const float* q_scales = nullptr;
+  const int32_t* plaid_units = nullptr;
+  const float* plaid_units_max = nullptr;
+  const void* plaid_rows = nullptr;
+};
+
+// One launch: the common fields and a layout's part, read by the kernel as
+// one parameter block.
+template <typename Layout>
+struct TmaArgs : TmaLaunch, Layout {
+  TmaArgs() = default;
+  explicit TmaArgs(const TmaLaunch& common) : TmaLaunch(common) {}
+};
+using TmaDenseArgs = TmaArgs<TmaDenseLayout>;
+using TmaInt8Args = TmaArgs<TmaInt8Layout>;
+using TmaPlaidArgs = TmaArgs<TmaPlaidLayout>;
+using TmaPlaidMmaArgs = TmaArgs<TmaPlaidMmaLayout>;
+
+// One launcher per layout: INVALID_ARGUMENT naming the field where a
+// required pointer is null or the shape has no kernel.
+absl::Status LaunchMaxSimTma(const TmaDenseArgs& args, cudaStream_t stream);
+absl::Status LaunchMaxSimTma(const TmaInt8Args& args, cudaStream_t stream);
+absl::Status LaunchMaxSimTma(const TmaPlaidArgs& args, cudaStream_t stream);
+absl::Status LaunchMaxSimTma(const TmaPlaidMmaArgs& args, cudaStream_t stream);
 
 // Whether the code the driver loaded for the current device holds the TMA
 // kernels' bodies (sm_90a machine code, or compute_90a PTX), so that they

@@ -2,4 +2,4 @@
 // widened to float16 in shared memory).
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::Int8);
+MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::Int8Decode);

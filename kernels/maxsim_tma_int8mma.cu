@@ -3,7 +3,7 @@
 // the block sees as float16 rows of 64 and 128.
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8Mma, 64, 1);
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8Mma, 64, 2);
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8Mma, 128, 1);
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8Mma, 128, 2);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8MmaDecode, 64, 1);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8MmaDecode, 64, 2);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8MmaDecode, 128, 1);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::Int8MmaDecode, 128, 2);

@@ -2,4 +2,4 @@
 // 1-bit residuals (rows decoded to float16 in shared memory).
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-MAXSIMD_INSTANTIATE_TMA_PLAID_WIDE(maxsimd::detail::Plaid<1>);
+MAXSIMD_INSTANTIATE_TMA_PLAID_WIDE(maxsimd::detail::PlaidDecode<1>);

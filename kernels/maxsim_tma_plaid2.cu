@@ -2,4 +2,4 @@
 // 2-bit residuals (rows decoded to float16 in shared memory).
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::Plaid<2>);
+MAXSIMD_INSTANTIATE_TMA_TAG(maxsimd::detail::PlaidDecode<2>);

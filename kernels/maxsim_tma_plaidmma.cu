@@ -3,6 +3,6 @@
 // centroid term from the query-centroid table).
 #include "kernels/detail/maxsim_tma_kernel.cuh"
 
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMma<1>, 64, 1);
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMma<2>, 64, 1);
-MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMma<4>, 64, 1);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMmaDecode<1>, 64, 1);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMmaDecode<2>, 64, 1);
+MAXSIMD_INSTANTIATE_TMA(maxsimd::detail::PlaidMmaDecode<4>, 64, 1);

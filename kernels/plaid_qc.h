@@ -15,7 +15,7 @@
 
 namespace maxsimd {
 
-// The PlaidMma query-centroid table (TmaLaunchParams::plaid_qc): for tile
+// The PlaidMma query-centroid table (TmaPlaidMmaLayout::plaid_qc): for tile
 // t, centroid k and row pair 8w + g, the float16 pair (row 16w + g, row
 // 16w + g + 8) of q_row . centroids[k] + offset * (the sum of q_row),
 // summed in fp32 (the row's sum in order, then added by one fma) and

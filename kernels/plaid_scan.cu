@@ -283,7 +283,7 @@ struct WarpScan {
   // order, n-tiles 32 bytes apart).
   static constexpr uint32_t kTableRowBytes = kInt16 ? 64 : 128;
   static constexpr uint32_t kTableLaneBytes = kInt16 ? 16 : 8;
-  const TmaLaunchParams& p;
+  const TmaPlaidMmaArgs& p;
   int lane, g, c;
   uint32_t bq[4][4][2];  // B: [n-tile][k-step][b0, b1]
   LevelRegs<kNbits> levels;
@@ -320,7 +320,7 @@ struct WarpScan {
   int32_t unit;  // int16: 2^s (PlaidUnitsShift of the tile's table)
   int32_t acc32[2][4][4];
 
-  __device__ WarpScan(const TmaLaunchParams& params, const uint8_t* qsm,
+  __device__ WarpScan(const TmaPlaidMmaArgs& params, const uint8_t* qsm,
                       const BlockQueries& queries, const WarpStart& ws)
       : p(params), levels(params.plaid_levels), bq_of(queries), start(ws) {
     // The lane as the hardware's: the compiler cannot recompute it (nor
@@ -656,7 +656,7 @@ struct WarpScan {
 
 template <int kNbits>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    PlaidScanKernel(const __grid_constant__ TmaLaunchParams p) {
+    PlaidScanKernel(const __grid_constant__ TmaPlaidMmaArgs p) {
   __shared__ uint8_t qsm[kTileRows * kDim];  // the tile's int8 codes
   __shared__ BlockQueries queries;
   __shared__ MetaRing rings[kWarps];
@@ -721,9 +721,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 }  // namespace
 
-absl::Status LaunchPlaidScan(const TmaLaunchParams& p, cudaStream_t stream) {
+absl::Status LaunchPlaidScan(const TmaPlaidMmaArgs& p, cudaStream_t stream) {
   const int nbits = PlaidNbits(p.dtype);
-  if (!PlaidScanApplies(p)) {
+  if (!PlaidScanApplies(p) || p.codes == nullptr || p.scales == nullptr ||
+      p.q_scales == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "LaunchPlaidScan: a ", DTypeName(p.dtype), " launch at dim ", p.dim,
         " with ", p.num_tiles,

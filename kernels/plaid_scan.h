@@ -16,22 +16,22 @@
 
 namespace maxsimd {
 
-// Whether a launch is a PlaidMma scan that the warp kernel of
+// Whether a PlaidMma launch is a scan that the warp kernel of
 // plaid_scan.cu takes (LaunchMaxSimTma dispatches it there): d = 128, 2 or
-// 4 bits, one tile, with the unit table, the slot's rows and the row
-// factors.
-inline bool PlaidScanApplies(const TmaLaunchParams& p) {
+// 4 bits, one warpgroup, one tile, with the unit table (at 2 bits, its
+// tiles' largest values too) and the slot's rows in device memory.
+inline bool PlaidScanApplies(const TmaPlaidMmaArgs& p) {
   const int nbits = PlaidNbits(p.dtype);
   return p.records == nullptr && (nbits == 2 || nbits == 4) && p.dim == 128 &&
          p.warpgroups == 1 && p.num_tiles == 1 && p.plaid_units != nullptr &&
          (!PlaidUnitsInt16(nbits) || p.plaid_units_max != nullptr) &&
-         p.plaid_rows != nullptr && p.codes != nullptr && p.scales != nullptr &&
-         p.q_scales != nullptr;
+         p.plaid_rows != nullptr;
 }
 
-// The PLAID scan of plaid_scan.cu: REQUIRES PlaidScanApplies(params) (else
+// The PLAID scan of plaid_scan.cu: REQUIRES PlaidScanApplies(params) and
+// the fields LaunchMaxSimTma requires of a PlaidMma launch (else
 // INVALID_ARGUMENT). Scores as LaunchMaxSimTma does.
-absl::Status LaunchPlaidScan(const TmaLaunchParams& params,
+absl::Status LaunchPlaidScan(const TmaPlaidMmaArgs& params,
                              cudaStream_t stream);
 
 }  // namespace maxsimd

@@ -16,18 +16,14 @@
 
 namespace maxsimd::detail {
 
-// Calls fn(Fp16{}) or fn(Bf16{}) for `dtype`, and fn(Int8{}) where the
-// launcher has int8 kernels (kWithInt8); INVALID_ARGUMENT otherwise.
-template <bool kWithInt8 = false, typename Fn>
+// Calls fn(Fp16{}) or fn(Bf16{}) for `dtype`; INVALID_ARGUMENT otherwise.
+template <typename Fn>
 absl::Status DispatchDtype(DType dtype, const char* launcher, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat16:
       return fn(Fp16{});
     case DType::kBFloat16:
       return fn(Bf16{});
-    case DType::kInt8:
-      if constexpr (kWithInt8) return fn(Int8{});
-      [[fallthrough]];
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           launcher, ": dtype ", DTypeName(dtype), " has no kernel here"));

@@ -33,15 +33,15 @@
 // warps share the epilogue, each taking half of the columns
 // (TmaShape::kColSplit).
 //
-// Int8 corpora (Tag Int8): the copy engine brings int8 rows (unswizzled)
-// and their fp32 scales into a ring of their own; at the start of each
-// chunk the consumers widen it, exactly, into one float16 stage of the
-// layout above and release the int8 stage, so the MMAs and the segment
-// index are the float16 kernel's. The epilogue multiplies each cell by its
-// column's scale before the max, and a quantised query's row maxima by the
-// row's scale (kernels/backend.h gives the formulas).
+// Int8 corpora (Int8Decode; the policies are in tma_decode.cuh): the copy
+// engine brings int8 rows (unswizzled) and their fp32 scales into a ring of
+// their own; at the start of each chunk the consumers widen it, exactly, into
+// one float16 stage of the layout above and release the int8 stage, so the MMAs
+// and the segment index are the float16 kernel's. The epilogue multiplies each
+// cell by its column's scale before the max, and a quantised query's row maxima
+// by the row's scale (kernels/backend.h gives the formulas).
 //
-// Int8 corpora with quantised queries (Tag Int8Mma, widths 128 and 256)
+// Int8 corpora with quantised queries (Int8MmaDecode, widths 128 and 256)
 // need no widening: both operands are int8 codes, so the copy engine brings
 // the rows as it does float16 rows of half the width (the same bytes, the
 // same 128-byte swizzle) and the int8 MMA (k = 32, so a k-step spans the
@@ -50,7 +50,7 @@
 // chunk's scales, and the epilogue turns each int32 cell into fp32 times its
 // column's scale (row scales as for Int8).
 //
-// PLAID corpora (Tag Plaid<nbits>) take the int8 path's shape: the copy
+// PLAID corpora (PlaidDecode<nbits>) take the int8 path's shape: the copy
 // engine brings the packed residual rows (dim * nbits / 8 bytes) into the
 // compressed ring, the producer copies each row's centroid id and scale
 // beside them, and the widening warps (four with one consumer warpgroup,
@@ -84,6 +84,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/detail/mma.cuh"
 #include "kernels/detail/tma.cuh"
+#include "kernels/detail/tma_decode.cuh"
 #include "kernels/detail/wgmma.cuh"
 #include "kernels/maxsim_tma.h"
 
@@ -152,6 +153,7 @@ struct TmaChunkHeader {
 template <int kDP, int kWG, bool kI8_ = false, int kPlaidBits_ = 0,
           bool kS8_ = false>
 struct TmaShape {
+  static constexpr int kDPad = kDP;
   static constexpr bool kI8 = kI8_;
   static constexpr int kPlaidBits = kPlaidBits_;
   static constexpr bool kS8 = kS8_;
@@ -336,52 +338,32 @@ struct WarpCacheRecord {
   }
 };
 
-// The shape of the kernel of one tag.
-template <typename Tag>
-inline constexpr int kPlaidBitsOf = 0;
-template <int kNbits>
-inline constexpr int kPlaidBitsOf<Plaid<kNbits>> = kNbits;
-template <int kNbits>
-inline constexpr int kPlaidBitsOf<PlaidMma<kNbits>> = kNbits;
-template <typename Tag>
-inline constexpr bool kIsPlaidMma = false;
-template <int kNbits>
-inline constexpr bool kIsPlaidMma<PlaidMma<kNbits>> = true;
-template <typename Tag, int kDP, int kWG>
+// The shape of the kernel of one decode policy (tma_decode.cuh).
+template <typename Decode, int kDP, int kWG>
 using TmaShapeOf =
-    TmaShape<kDP, kWG, std::is_same_v<Tag, Int8>, kPlaidBitsOf<Tag>,
-             std::is_same_v<Tag, Int8Mma> || kIsPlaidMma<Tag>>;
+    TmaShape<kDP, kWG, Decode::kI8, Decode::kPlaidBits, Decode::kS8>;
 
-template <typename Tag, int kDP, int kWG>
+// The block of one layout's kernel: the pipeline, with what differs by
+// layout asked of the decode policy D (tma_decode.cuh).
+template <typename D, int kDP, int kWG>
 struct TmaBlock {
-  static constexpr bool kI8 = std::is_same_v<Tag, Int8>;
-  static constexpr int kPB = kPlaidBitsOf<Tag>;  // PLAID bits, or 0
-  using S = TmaShapeOf<Tag, kDP, kWG>;
+  using S = TmaShapeOf<D, kDP, kWG>;
+  // Compressed chunks go through the widening warps into the MMA's stage.
   static constexpr bool kWidened = S::kWidened;
-  static constexpr bool kS8 = S::kS8;
-  static constexpr bool kPlaidMma = S::kPlaidMma;
-  // Row maxima times the query row's scale (quantised queries; PlaidMma
-  // applies its row factor per cell instead, before the centroid term).
-  static constexpr bool kQScaled = kI8 || (kS8 && !kPlaidMma);
-  // The MMA's operand type: compressed chunks are widened to float16 first,
-  // PLAID residuals for PlaidMma to int8.
-  using MmaTag = std::conditional_t<kPlaidMma, Int8Mma,
-                                    std::conditional_t<kWidened, Fp16, Tag>>;
-  // The accumulators' type: int32 for the int8 MMA.
-  using Acc = std::conditional_t<kS8, int32_t, float>;
+  // The MMA's operand type, and its accumulators' (int32 for the int8 MMA).
+  using MmaTag = typename D::MmaTag;
+  using Acc = typename D::Acc;
   // The widening warps index each chunk (IndexMasks) instead of the
-  // producer: PlaidMma at 1 and 2 bits, whose producer bounded the scans.
-  // At 4 bits, where the widening warps have twice the residuals to widen,
-  // it measured no faster; the int8 kernels' two widening warps have no
-  // time to spare for it (bench/NOTES.md, s9).
-  static constexpr bool kWidenerIndex = kPlaidMma && kPB < 4;
+  // producer; the int8 kernels' two widening warps have no time to spare
+  // for it (bench/NOTES.md, s9).
+  static constexpr bool kWidenerIndex = D::kWidenerIndex;
   // A block's chunk count: 32 bits, far above the chunks of any unit, so
   // that the ring positions (c % 7, c % 3, ...) are a short unsigned
   // multiply instead of the ~15 instructions of a 64-bit division, once
   // per chunk in every role (bench/NOTES.md, s9).
   using Chunk = uint32_t;
 
-  const TmaLaunchParams& p;
+  const TmaArgs<typename D::Layout>& p;
   uint8_t* qsm;
   uint8_t* dsm;
   uint8_t* i8sm;   // int8: [kStages] chunks of int8 rows
@@ -573,13 +555,7 @@ struct TmaBlock {
             at += rows;
           }
         }
-        if constexpr (S::kScaled) {
-          CopyScales(ScaleSlot(c), cols, p.scales[rec.slot] + rec.row + cur.off,
-                     take);
-        }
-        if constexpr (kPB > 0) {
-          CopyCodes(s, cols, p.codes[rec.slot] + rec.row + cur.off, take);
-        }
+        D::CopyRowData(*this, c, s, cols, rec.slot, rec.row + cur.off, take);
         ++nseg;
         if (!ends) {
           cur.off += take;
@@ -635,15 +611,9 @@ struct TmaBlock {
         }
       }
       bytes = nb * box * (kWidened ? S::kRawRowBytes : 128 * S::kHalves);
-      if constexpr (S::kScaled) {
-        CopyScales(ScaleSlot(c), 0, p.scales[p.map_slot] + (c_tok - p.row_base),
-                   cols);
-      }
-      if constexpr (kPB > 0) {
-        CopyCodes(s, 0, p.codes[p.map_slot] + (c_tok - p.row_base), cols);
-      }
+      D::CopyRowData(*this, c, s, 0, p.map_slot, c_tok - p.row_base, cols);
     }
-    if constexpr (S::kScaled) CpAsyncMbarArrive(&full[s]);
+    if constexpr (D::kRowData) CpAsyncMbarArrive(&full[s]);
     if constexpr (!kWidenerIndex) {
       __syncwarp();
       IndexMasks(h, nseg);
@@ -771,13 +741,13 @@ struct TmaBlock {
         s = static_cast<int>(c % S::kWide);
         MbarWait(&wfull[s], (c / S::kWide) & 1);
         sc = wide_sc + (c % (S::kWide + 1)) * S::kN;
-        if constexpr (kPlaidMma) {
+        if constexpr (S::kQcSlots > 0) {
           qc = reinterpret_cast<const uint32_t*>(qcsm + (c % S::kQcSlots) *
                                                             S::kQcBytes);
         }
       } else {
         MbarWait(&full[s], (c / S::kStages) & 1);
-        if constexpr (kS8) sc = scsm + ScaleSlot(c) * S::kN;
+        if constexpr (S::kScaled) sc = scsm + ScaleSlot(c) * S::kN;
       }
       const TmaChunkHeader* h = &hdr[c % S::kHeaders];
       const int nseg = h->nseg;
@@ -868,30 +838,10 @@ struct TmaBlock {
     if (last_tile) MbarArrive(kWidened ? &wempty[s] : &empty[s]);
   }
 
-  // int8: four int8 values -> two float16x2 words, exactly. A byte b is
-  // placed as the mantissa of 1024 (0x6400) after b ^ 0x80 = b + 128, then
-  // 1152 is subtracted.
-  __device__ __forceinline__ static void WidenI8x4(uint32_t x, uint32_t& lo,
-                                                   uint32_t& hi) {
-    x ^= 0x80808080u;
-    const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140);
-    const uint32_t b = __byte_perm(x, 0x64646464u, 0x5342);
-    const __half2 bias =
-        __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
-    const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
-    const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
-    lo = *reinterpret_cast<const uint32_t*>(&ha);
-    hi = *reinterpret_cast<const uint32_t*>(&hb);
-  }
-
-  // int8, the widening warps: chunk after chunk, once int8 stage s has
-  // landed and the consumers are done with the float16 stage's previous
-  // chunk, widens the chunk into it (Widen), then releases stage s and
-  // tells the consumers. The end marker is passed on as it is.
-  //
-  // PlaidMma has the chunk's table rows fetched (FetchTable), widens its
-  // levels (DecodeLevels), and indexes it (kWidenerIndex: widening warps 0
-  // and 1) while the rows are on the way.
+  // The widening warps: chunk after chunk, once compressed stage s has
+  // landed and the consumers are done with the MMA stage's previous chunk,
+  // has the policy widen the chunk into it (D::WidenChunk), then releases
+  // stage s and tells the consumers. The end marker is passed on as it is.
   __device__ void WidenAll() {
     static_assert(!kWidenerIndex || S::kWideners >= 64, "two warps index");
     const int warp =
@@ -906,226 +856,11 @@ struct TmaBlock {
       uint8_t* out = dsm + w * S::kStageBytes;
       float* to = wide_sc + (c % (S::kWide + 1)) * S::kN;
       if (c >= S::kWide) MbarWait(&wempty[w], ((c / S::kWide) - 1) & 1);
-      if (!end) {
-        if constexpr (kPlaidMma) {
-          FetchTable(s, qcsm + (c % S::kQcSlots) * S::kQcBytes);
-          DecodeLevels(s, out);
-          CopyWideScales(s, to);
-          if constexpr (kWidenerIndex) {
-            if (warp == 0) IndexMasks(h, nseg);
-            if (warp == 1) IndexParts(h, nseg);
-          }
-          CpAsyncWaitAll();
-        } else if constexpr (kPB > 0) {
-          Decode(s, out, to);
-        } else {
-          Widen(s, out, to);
-        }
-      }
+      if (!end) D::WidenChunk(*this, s, c, out, to, h, nseg, warp);
       FenceProxyAsync();
       if (!end) MbarArrive(&empty[s]);
       MbarArrive(&wfull[w]);
       if (end) break;
-    }
-  }
-
-  // Widens int8 stage s into the float16 stage `out` (the 128-byte swizzle
-  // layout the copy engine writes for float16 corpora) and copies its
-  // scales to `to`. The widening warps.
-  __device__ void Widen(int s, uint8_t* out, float* to) {
-    constexpr int kPerRow = kDP / 16;  // 16-byte pieces per int8 row
-    // Each thread keeps one piece column c of rows r0, r0 + kRowStep, ...:
-    // its addresses move by constants from pass to pass.
-    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
-    constexpr int kRowStep = S::kWideners / kPerRow;
-    static_assert(S::kN % kRowStep == 0, "whole passes");
-    const int tid = threadIdx.x - (S::kConsumers + 32);
-    const int c = tid % kPerRow;  // k = 16c .. 16c + 15
-    const int r0 = tid / kPerRow;
-    const uint8_t* src = i8sm + s * S::kI8StageBytes + tid * 16;
-    // 16-byte piece j of a float16 row lies in 128-byte line j / 8 of its
-    // part, at slot (j % 8) ^ (r % 8). Pieces 2c and 2c + 1 share a line;
-    // lanes whose line index is odd store the second first, so that the
-    // eight lanes of a store phase hit eight different bank groups.
-    uint8_t* base = out + (c / 4) * S::kHalfStageBytes + r0 * 128;
-    const bool swap = (c / 4) & 1;
-#pragma unroll 4
-    for (int k = 0; k < S::kN / kRowStep; ++k) {
-      const int x = kRowStep % 8 == 0 ? (r0 & 7) : ((r0 + k * kRowStep) & 7);
-      const uint4 v =
-          *reinterpret_cast<const uint4*>(src + k * S::kWideners * 16);
-      uint4 lo, hi;  // k 16c .. 16c + 7 and 16c + 8 .. 16c + 15
-      WidenI8x4(v.x, lo.x, lo.y);
-      WidenI8x4(v.y, lo.z, lo.w);
-      WidenI8x4(v.z, hi.x, hi.y);
-      WidenI8x4(v.w, hi.z, hi.w);
-      uint8_t* line = base + k * kRowStep * 128;
-      const int p0 = ((2 * c) & 7) ^ x, p1 = ((2 * c + 1) & 7) ^ x;
-      *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
-      *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
-    }
-    CopyWideScales(s, to);
-  }
-
-  __device__ __forceinline__ static uint32_t Hadd2(uint32_t a, uint32_t b) {
-    const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&a),
-                              *reinterpret_cast<const __half2*>(&b));
-    return *reinterpret_cast<const uint32_t*>(&r);
-  }
-
-  // PLAID: the bucket weights of 16 values (2 * nbits residual bytes at
-  // src) as eight float16x2 words, from the residual table.
-  __device__ __forceinline__ void Residuals(const uint8_t* src,
-                                            uint32_t (&w)[8]) const {
-    if constexpr (kPB == 1) {
-      const uint32_t x = *reinterpret_cast<const uint16_t*>(src);
-      const uint4 a = reinterpret_cast<const uint4*>(lut)[x & 0xff];
-      const uint4 b = reinterpret_cast<const uint4*>(lut)[x >> 8];
-      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
-      w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
-    } else if constexpr (kPB == 2) {
-      const uint32_t x = *reinterpret_cast<const uint32_t*>(src);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint2 e =
-            reinterpret_cast<const uint2*>(lut)[(x >> (8 * i)) & 0xff];
-        w[2 * i] = e.x;
-        w[2 * i + 1] = e.y;
-      }
-    } else if constexpr (kPB == 4) {
-      const uint2 x = *reinterpret_cast<const uint2*>(src);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        w[i] = reinterpret_cast<const uint32_t*>(lut)[(x.x >> (8 * i)) & 0xff];
-        w[4 + i] =
-            reinterpret_cast<const uint32_t*>(lut)[(x.y >> (8 * i)) & 0xff];
-      }
-    } else {
-      const uint4 x = *reinterpret_cast<const uint4*>(src);
-      const uint32_t v[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t word = v[i / 2] >> (16 * (i % 2));
-        w[i] = uint32_t{lut[word & 0xff]} |
-               (uint32_t{lut[(word >> 8) & 0xff]} << 16);
-      }
-    }
-  }
-
-  // PLAID: decodes compressed stage s into the float16 stage `out` (the
-  // layout Widen writes) and copies its scales to `to`. Each thread keeps
-  // one 16-value piece column c, as in Widen: per piece, the centroid id
-  // from shared memory, the centroid's 16 float16 values from the codec
-  // table (two 16-byte loads, L2-resident), plus the residuals. The ids of
-  // rows past the chunk's tokens are stale: they are clamped into the
-  // table and their columns are never read by the epilogue.
-  __device__ void Decode(int s, uint8_t* out, float* to) {
-    constexpr int kPerRow = kDP / 16;
-    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
-    constexpr int kRowStep = S::kWideners / kPerRow;
-    static_assert(S::kN % kRowStep == 0, "whole passes");
-    constexpr int kPieceBytes = 2 * kPB;
-    const int tid = threadIdx.x - (S::kConsumers + 32);
-    const int c = tid % kPerRow;
-    const int r0 = tid / kPerRow;
-    const uint8_t* res =
-        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * kPieceBytes;
-    const int32_t* ids = codesm + s * S::kN + r0;
-    const uint16_t* cent = p.centroids_f16 + c * 16;
-    const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
-    uint8_t* base = out + (c / 4) * S::kHalfStageBytes + r0 * 128;
-    const bool swap = (c / 4) & 1;
-#pragma unroll 4
-    for (int k = 0; k < S::kN / kRowStep; ++k) {
-      const int x = kRowStep % 8 == 0 ? (r0 & 7) : ((r0 + k * kRowStep) & 7);
-      const uint32_t id = min(static_cast<uint32_t>(ids[k * kRowStep]), last);
-      const uint4* cp =
-          reinterpret_cast<const uint4*>(cent + static_cast<int64_t>(id) * kDP);
-      const uint4 c0 = __ldg(cp), c1 = __ldg(cp + 1);
-      uint32_t r[8];
-      Residuals(res + k * kRowStep * S::kRawRowBytes, r);
-      uint4 lo, hi;
-      lo.x = Hadd2(c0.x, r[0]);
-      lo.y = Hadd2(c0.y, r[1]);
-      lo.z = Hadd2(c0.z, r[2]);
-      lo.w = Hadd2(c0.w, r[3]);
-      hi.x = Hadd2(c1.x, r[4]);
-      hi.y = Hadd2(c1.y, r[5]);
-      hi.z = Hadd2(c1.z, r[6]);
-      hi.w = Hadd2(c1.w, r[7]);
-      uint8_t* line = base + k * kRowStep * 128;
-      const int p0 = ((2 * c) & 7) ^ x, p1 = ((2 * c + 1) & 7) ^ x;
-      *reinterpret_cast<uint4*>(line + (swap ? p1 : p0) * 16) = swap ? hi : lo;
-      *reinterpret_cast<uint4*>(line + (swap ? p0 : p1) * 16) = swap ? lo : hi;
-    }
-    CopyWideScales(s, to);
-  }
-
-  // PlaidMma: the int8 levels of 16 values (2 * nbits residual bytes at
-  // src) as one 16-byte piece, value k in byte k, from the level table
-  // (residual byte -> its 8 / nbits levels).
-  __device__ __forceinline__ uint4 Levels(const uint8_t* src) const {
-    const uint8_t* table = reinterpret_cast<const uint8_t*>(lut);
-    if constexpr (kPB == 1) {
-      const uint32_t x = *reinterpret_cast<const uint16_t*>(src);
-      const uint2 a = reinterpret_cast<const uint2*>(table)[x & 0xff];
-      const uint2 b = reinterpret_cast<const uint2*>(table)[x >> 8];
-      return make_uint4(a.x, a.y, b.x, b.y);
-    } else if constexpr (kPB == 2) {
-      const uint32_t x = *reinterpret_cast<const uint32_t*>(src);
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(table);
-      return make_uint4(w[x & 0xff], w[(x >> 8) & 0xff], w[(x >> 16) & 0xff],
-                        w[x >> 24]);
-    } else {
-      static_assert(kPB == 4, "PlaidMma serves 1, 2 and 4 bits");
-      const uint2 x = *reinterpret_cast<const uint2*>(src);
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(table);
-      auto two = [h](uint32_t w) {
-        return uint32_t{h[w & 0xff]} | (uint32_t{h[(w >> 8) & 0xff]} << 16);
-      };
-      return make_uint4(two(x.x), two(x.x >> 16), two(x.y), two(x.y >> 16));
-    }
-  }
-
-  // PlaidMma: has each token's row of the query-centroid table (the
-  // block's tile, the token's centroid) of compressed stage s copied to the
-  // table slot `qc_to` (16-byte cp.async, four lanes per row; the caller
-  // waits with CpAsyncWaitAll). The ids of rows past the chunk's tokens are
-  // clamped into the table (their columns are never read).
-  __device__ __forceinline__ void FetchTable(int s, uint8_t* qc_to) const {
-    const int tid = threadIdx.x - (S::kConsumers + 32);
-    const int32_t* ids = codesm + s * S::kN;
-    const uint32_t last = static_cast<uint32_t>(p.num_centroids - 1);
-    const uint8_t* table = reinterpret_cast<const uint8_t*>(p.plaid_qc) +
-                           static_cast<int64_t>(ta) * p.num_centroids * 64;
-    for (int i = tid; i < S::kN * 4; i += S::kWideners) {
-      const uint32_t id = min(static_cast<uint32_t>(ids[i / 4]), last);
-      CpAsync16(qc_to + (i / 4) * S::kQcStride + (i % 4) * 16,
-                table + static_cast<int64_t>(id) * 64 + (i % 4) * 16);
-    }
-  }
-
-  // PlaidMma: widens compressed stage s into the int8 stage `out` (the
-  // 128-byte swizzle layout the copy engine writes for Int8Mma rows). Each
-  // thread keeps one 16-value piece column c of rows r0, r0 + kRowStep, ...,
-  // as in Widen.
-  __device__ void DecodeLevels(int s, uint8_t* out) const {
-    constexpr int kPerRow = S::kDim / 16;
-    static_assert(S::kWideners % kPerRow == 0, "whole rows per pass");
-    constexpr int kRowStep = S::kWideners / kPerRow;
-    static_assert(S::kN % kRowStep == 0, "whole passes");
-    const int tid = threadIdx.x - (S::kConsumers + 32);
-    const int c = tid % kPerRow;
-    const int r0 = tid / kPerRow;
-    const uint8_t* res =
-        i8sm + s * S::kI8StageBytes + r0 * S::kRawRowBytes + c * 2 * kPB;
-    uint8_t* base = out + (c / 8) * S::kHalfStageBytes + r0 * 128;
-#pragma unroll 4
-    for (int k = 0; k < S::kN / kRowStep; ++k) {
-      const int r = r0 + k * kRowStep;
-      const uint4 v = Levels(res + k * kRowStep * S::kRawRowBytes);
-      *reinterpret_cast<uint4*>(base + k * kRowStep * 128 +
-                                ((c % 8) ^ (r & 7)) * 16) = v;
     }
   }
 
@@ -1135,66 +870,6 @@ struct TmaBlock {
     const int tid = threadIdx.x - (S::kConsumers + 32);
     for (int i = tid; i < S::kN; i += S::kWideners) {
       to[i] = scsm[s * S::kN + i];
-    }
-  }
-
-  // PlaidMma: each int32 cell becomes fp32 scale * (centroid term + row
-  // factor * cell), left in place as fp32 bits (Cell reads them). Column j
-  // of the chunk has scale sc[j] and table row qc + j * kQcStride / 4; this
-  // lane's rows (g, g + 8) are the table's pair `pair` and have the row
-  // factors a0, a1 (the query row's int8 scale times the levels' step).
-  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
-  __device__ __forceinline__ static void ScaleColsPlaid(
-      int32_t (&acc)[kCols / 2], const float* sc, const uint32_t* qc, int pair,
-      float a0, float a1) {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int i = kI0; i < kI1; ++i) {
-      const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const uint32_t w = qc[(8 * i + 2 * t + e) * (S::kQcStride / 4) + pair];
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
-        const float ge = e == 0 ? g.x : g.y;
-        acc[4 * i + e] =
-            __float_as_int(fmaf(a0, __int2float_rn(acc[4 * i + e]), f.x) * ge);
-        acc[4 * i + 2 + e] = __float_as_int(
-            fmaf(a1, __int2float_rn(acc[4 * i + 2 + e]), f.y) * ge);
-      }
-    }
-  }
-
-  // int8: acc columns times their rows' scales (column j of the chunk is
-  // wide_sc[j]; sc = wide_sc + the pass's first column), in 8-column blocks
-  // [kI0, kI1) (all by default).
-  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
-  __device__ __forceinline__ static void ScaleCols(float (&acc)[kCols / 2],
-                                                   const float* sc) {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int i = kI0; i < kI1; ++i) {
-      const float2 f = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
-      acc[4 * i] *= f.x;
-      acc[4 * i + 1] *= f.y;
-      acc[4 * i + 2] *= f.x;
-      acc[4 * i + 3] *= f.y;
-    }
-  }
-
-  // Int8Mma: each int32 cell becomes fp32 times its column's scale (column
-  // j of the chunk is sc[j]), left in place as fp32 bits (Cell reads them).
-  template <int kCols, int kI0 = 0, int kI1 = kCols / 8>
-  __device__ __forceinline__ static void ScaleColsInt(int32_t (&acc)[kCols / 2],
-                                                      const float* sc) {
-    const int t = threadIdx.x & 3;
-#pragma unroll
-    for (int i = kI0; i < kI1; ++i) {
-      const float2 g = *reinterpret_cast<const float2*>(sc + 8 * i + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[4 * i + e] = __float_as_int(__int2float_rn(acc[4 * i + e]) *
-                                        (e % 2 == 0 ? g.x : g.y));
-      }
     }
   }
 
@@ -1323,10 +998,7 @@ struct TmaBlock {
         carry_out[row + 8] = m1;
       }
     } else if ((flags & kSegSkip) == 0) {
-      if constexpr (kQScaled) {
-        m0 *= qs0;
-        m1 *= qs1;
-      }
+      D::ScaleRowMaxima(m0, m1, qs0, qs1);
       float v = m0 + m1;
       v += __shfl_xor_sync(0xffffffffu, v, 4);
       v += __shfl_xor_sync(0xffffffffu, v, 8);
@@ -1618,19 +1290,12 @@ struct TmaBlock {
     return sg;
   }
 
-  // A quantised query's scales of this lane's rows (row, row + 8) of the
-  // block's tiles (PlaidMma: the rows' factors, ScaleColsPlaid); 1
-  // otherwise.
+  // The query row scales of this lane's rows (row, row + 8) of the block's
+  // tiles, as the policy has them (a quantised query's scales, PlaidMma's
+  // row factors; else 1).
   __device__ __forceinline__ void RowScales(int row, float& qs0,
                                             float& qs1) const {
-    qs0 = 1.f;
-    qs1 = 1.f;
-    if constexpr (kQScaled || kPlaidMma) {
-      if (p.q_scales != nullptr) {
-        qs0 = __ldg(p.q_scales + ta * S::kTileRows + row);
-        qs1 = __ldg(p.q_scales + ta * S::kTileRows + row + 8);
-      }
-    }
+    D::RowScales(p, ta * S::kTileRows + row, qs0, qs1);
   }
 
   // Column split: a barrier of the two warps that share rows (w, w + 2).
@@ -1663,14 +1328,8 @@ struct TmaBlock {
     const int t = lane & 3;
     const int row = lt * S::kTileRows + rw * 16 + (lane >> 2);
     const int rb = lt * S::kBlocksPerTile + rw;
-    if constexpr (kPlaidMma) {
-      ScaleColsPlaid<kCols, kI0, kI1>(acc, sc, qc, rw * 8 + (lane >> 2), qs_lo,
-                                      qs_hi);
-    } else if constexpr (kWidened) {
-      ScaleCols<kCols, kI0, kI1>(acc, sc);
-    } else if constexpr (kS8) {
-      ScaleColsInt<kCols, kI0, kI1>(acc, sc);
-    }
+    D::template ScaleCells<S, kCols, kI0, kI1>(
+        acc, sc, qc, rw * 8 + (lane >> 2), qs_lo, qs_hi);
     const float qs0 = qs_lo, qs1 = qs_hi;
     float2* xchg = reinterpret_cast<float2*>(xchg_base) + rw * 32 + lane;
     const int s1 = h->part[0][1];
@@ -1731,9 +1390,9 @@ struct TmaBlock {
     // query's row scales multiply the row maxima (Finish), which equals scaling
     // every cell since the row scales are positive.
     float qs0, qs1;
-    static_assert(!kPlaidMma, "PlaidMma takes the column split");
-    if constexpr (kWidened) ScaleCols<kCols>(acc, sc + base);
-    if constexpr (kS8) ScaleColsInt<kCols>(acc, sc + base);
+    static_assert(!S::kPlaidMma, "PlaidMma takes the column split");
+    D::template ScaleCells<S, kCols, 0, kCols / 8>(acc, sc + base, qc, 0, 1.f,
+                                                   1.f);
     RowScales(row, qs0, qs1);
     const int part_index = base / kTmaPartCols;
     const uint32_t kind = plan & kPartKindMask;
@@ -1816,30 +1475,15 @@ struct TmaBlock {
   }
 };
 
-// PLAID: the residual table, by the whole block: entry b holds
-// value_of(bucket) for the 8 / nbits values of residual byte b, in value
-// order (kernels/plaid_bits.h gives the bit order).
-template <int kNbits, typename T, typename F>
-__device__ __forceinline__ void BuildPlaidLut(T* lut, F value_of) {
-  constexpr int kPerByte = 8 / kNbits;
-  for (int i = threadIdx.x; i < 256 * kPerByte; i += blockDim.x) {
-    const int byte = i / kPerByte;
-    const int top = 7 - (i % kPerByte) * kNbits;
-    int bucket = 0;
-    for (int t = 0; t < kNbits; ++t) bucket |= ((byte >> (top - t)) & 1) << t;
-    lut[i] = value_of(bucket);
-  }
-}
-
-template <typename Tag, int kDP, int kWG>
-__global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
-                                  TmaShapeOf<Tag, kDP, kWG>::kMinBlocks)
-    MaxSimTmaKernel(const __grid_constant__ TmaLaunchParams p) {
+template <typename D, int kDP, int kWG>
+__global__ void __launch_bounds__(TmaShapeOf<D, kDP, kWG>::kThreads,
+                                  TmaShapeOf<D, kDP, kWG>::kMinBlocks)
+    MaxSimTmaKernel(const __grid_constant__ TmaArgs<typename D::Layout> p) {
 #if MAXSIMD_TMA_DEVICE_CODE
-  using S = typename TmaBlock<Tag, kDP, kWG>::S;
+  using S = typename TmaBlock<D, kDP, kWG>::S;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (SmemAddr(smem_raw) & 1023)) & 1023);
-  TmaBlock<Tag, kDP, kWG> b{p};
+  TmaBlock<D, kDP, kWG> b{p};
   b.qsm = smem + S::kQOff;
   b.dsm = smem + S::kDocOff;
   b.i8sm = smem + S::kI8Off;
@@ -1884,17 +1528,7 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
       b.qblk[i] = p.query_blocks[qa + i];
     }
   }
-  if constexpr (S::kPlaidMma) {
-    // The buckets' int8 levels.
-    BuildPlaidLut<S::kPlaidBits>(reinterpret_cast<int8_t*>(smem + S::kLutOff),
-                                 [&p](int b) { return p.plaid_levels[b]; });
-  } else if constexpr (S::kPlaidBits > 0) {
-    // The bucket weights in float16.
-    BuildPlaidLut<S::kPlaidBits>(
-        reinterpret_cast<uint16_t*>(smem + S::kLutOff), [&p](int b) {
-          return __half_as_ushort(__float2half_rn(p.bucket_weights[b]));
-        });
-  }
+  D::BuildTables(smem + S::kLutOff, p);
   if (threadIdx.x == 0) {
     // Barriers that order generic shared-memory accesses (headers, scales,
     // widened stages) count every lane of the warps that arrive: each
@@ -1935,15 +1569,16 @@ __global__ void __launch_bounds__(TmaShapeOf<Tag, kDP, kWG>::kThreads,
 #endif
 }
 
-template <typename Tag, int kDP, int kWG>
-absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
-  using S = typename TmaBlock<Tag, kDP, kWG>::S;
+template <typename D, int kDP, int kWG>
+absl::Status LaunchTmaTyped(const TmaArgs<typename D::Layout>& p,
+                            cudaStream_t stream) {
+  using S = typename TmaBlock<D, kDP, kWG>::S;
   const int64_t units =
       p.records != nullptr
           ? p.num_units
           : (p.num_docs + p.docs_per_unit - 1) / p.docs_per_unit;
   if (units == 0 || p.num_tiles == 0) return absl::OkStatus();
-  constexpr auto kernel = MaxSimTmaKernel<Tag, kDP, kWG>;
+  constexpr auto kernel = MaxSimTmaKernel<D, kDP, kWG>;
   absl::Status st = SetSmemLimitOnce<kernel>(S::kSmemBytes);
   if (!st.ok()) return st;
   kernel<<<static_cast<unsigned>(units), S::kThreads, S::kSmemBytes, stream>>>(
@@ -1954,12 +1589,13 @@ absl::Status LaunchTmaTyped(const TmaLaunchParams& p, cudaStream_t stream) {
 
 }  // namespace maxsimd::detail
 
-// Explicit instantiations of the launcher for one tag, every (padded width,
-// warpgroups) bucket: one translation unit per tag (maxsim_tma_{fp16,bf16,
-// int8}.cu), so that a 2-core build compiles them in parallel.
-#define MAXSIMD_INSTANTIATE_TMA(TAG, DP, WG)                          \
-  template absl::Status maxsimd::detail::LaunchTmaTyped<TAG, DP, WG>( \
-      const maxsimd::TmaLaunchParams&, cudaStream_t)
+// Explicit instantiations of the launcher for one decode policy, every
+// (padded width, warpgroups) bucket: one translation unit per policy
+// (maxsim_tma_{fp16,bf16,int8,...}.cu), so that a 2-core build compiles them
+// in parallel.
+#define MAXSIMD_INSTANTIATE_TMA(DECODE, DP, WG)                          \
+  template absl::Status maxsimd::detail::LaunchTmaTyped<DECODE, DP, WG>( \
+      const maxsimd::TmaArgs<DECODE::Layout>&, cudaStream_t)
 // PLAID: no 64-wide instance at 1 bit (8-byte rows are below the copy
 // engine's 16-byte box minimum; maxsim_tma.h's TmaSupportsPlaidDim).
 #define MAXSIMD_INSTANTIATE_TMA_PLAID_WIDE(TAG) \

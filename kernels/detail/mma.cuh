@@ -30,37 +30,11 @@ struct Fp16 {
 struct Bf16 {
   using Storage = __nv_bfloat16;
 };
-// An int8 corpus (layout int8): tokens are int8 with an fp32 scale per
-// row; the TMA kernel widens them to float16 in shared memory and runs the
-// float16 MMA (queries float16), applying the scales per output cell.
-struct Int8 {
-  using Storage = int8_t;
-};
-// An int8 corpus scored against quantised queries (both int8 codes): the
-// TMA kernel feeds the codes of both to the int8 MMA (s8 x s8 -> s32,
-// exact), straight from the copy engine's boxes, and applies the row and
-// column scales per output cell.
+// The int8 MMA's operands (s8 x s8 -> s32, exact): int8 codes on both
+// sides (the TMA kernel's Int8MmaDecode and PlaidMmaDecode,
+// detail/tma_decode.cuh).
 struct Int8Mma {
   using Storage = int8_t;
-};
-// A PLAID corpus of kNbits-bit residuals (kernels/plaid_bits.h): packed
-// residual rows with a centroid id and an fp32 scale per row; the TMA
-// kernel decodes them to float16 in shared memory, as for int8.
-template <int kNbits_>
-struct Plaid {
-  static constexpr int kNbits = kNbits_;
-  using Storage = uint8_t;
-};
-// A PLAID corpus scored with the int8 MMA (widths of 128 elements, one
-// query tile per block): each cell is split as q . (C[id] + r) = (q . C)[id]
-// + q . r. The first term comes from a table of every query row against
-// every centroid (float16, computed per launch); the residuals r are
-// widened to their int8 levels (PlaidMmaLevels) in shared memory and scored
-// against the quantised query rows on the int8 MMA.
-template <int kNbits_>
-struct PlaidMma {
-  static constexpr int kNbits = kNbits_;
-  using Storage = uint8_t;
 };
 
 // c += a * b for one 16x8x16 tile.

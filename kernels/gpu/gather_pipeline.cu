@@ -20,7 +20,7 @@ absl::Status ScoreUnits(SearchRun& run, int64_t u0, int64_t u1) {
   const InputLayout& cap = plan.layout;
   const GatherTile* units = run.Device<GatherTile>(cap.tiles);
   if (plan.tma.on) {
-    TmaLaunchParams t;
+    TmaLaunch t;
     t.records = run.Device<TmaRecord>(cap.records);
     t.units = units + u0;
     t.num_units = u1 - u0;

@@ -42,6 +42,17 @@ absl::Status SearchRun::EncodeMaps() {
   return absl::OkStatus();
 }
 
+SearchRun::PlaidUnits SearchRun::plaid_units() const {
+  const PlaidMmaPlan& mma = plan_.plaid_mma;
+  char* table = reinterpret_cast<char*>(w_.plaid_table);
+  PlaidUnits u;
+  if (mma.units) u.units = reinterpret_cast<int32_t*>(table + mma.units_offset);
+  if (mma.units_max_offset >= 0) {
+    u.units_max = reinterpret_cast<float*>(table + mma.units_max_offset);
+  }
+  return u;
+}
+
 absl::Status SearchRun::Upload() {
   MAXSIMD_CUDA_CHECK(cudaEventRecord(w_.start, stream()));
   MAXSIMD_CUDA_CHECK(cudaMemcpyAsync(w_.dev_in, w_.pinned_in, staged_.used,
@@ -50,72 +61,21 @@ absl::Status SearchRun::Upload() {
   const PlaidMmaPlan& mma = plan_.plaid_mma;
   if (!mma.on) return absl::OkStatus();
   const PlaidTablesView& codec = p_.segments[0].resident.plaid;
-  char* table = reinterpret_cast<char*>(w_.plaid_table);
-  float* units_max =
-      mma.units_max_offset >= 0
-          ? reinterpret_cast<float*>(table + mma.units_max_offset)
-          : nullptr;
+  const PlaidUnits u = plaid_units();
   return LaunchPlaidQueryCentroids(
       Device<uint16_t>(plan_.layout.query + mma.rows_offset), plan_.tma.tiles,
       plan_.dim, codec.centroids, codec.num_centroids, mma.offset,
-      w_.plaid_table, stream(), Device<float>(plan_.layout.q_scales),
-      mma.units ? reinterpret_cast<int32_t*>(table + mma.units_offset)
-                : nullptr,
-      units_max != nullptr, units_max);
+      w_.plaid_table, stream(), Device<float>(plan_.layout.q_scales), u.units,
+      u.units_max != nullptr, u.units_max);
 }
 
-absl::Status SearchRun::LaunchTma(TmaLaunchParams t) {
-  const SearchPlan& plan = plan_;
-  const TmaPlan& tma = plan.tma;
-  const InputLayout& cap = plan.layout;
-  t.dtype = plan.dtype;
-  t.dim = plan.dim;
-  t.dpad = tma.dpad;
-  t.warpgroups = tma.warpgroups;
-  t.q_tiles = Device<void>(cap.query);
-  t.query_blocks = Device<int32_t>(cap.query_blocks);
-  t.query_tiles = Device<int32_t>(cap.query_tiles);
-  t.maps = Device<TensorMapBytes>(cap.maps);
-  t.scales =
-      plan.int8 || plan.plaid ? Device<const float*>(cap.slot_scales) : nullptr;
-  if (plan.plaid) {
-    const PlaidTablesView& codec = p_.segments[0].resident.plaid;
-    t.codes = Device<const int32_t*>(cap.slot_codes);
-    t.centroids_f16 = codec.centroids_f16;
-    t.bucket_weights = codec.bucket_weights;
-    t.num_centroids = codec.num_centroids;
-    const PlaidMmaPlan& mma = plan.plaid_mma;
-    if (mma.on) {
-      char* table = reinterpret_cast<char*>(w_.plaid_table);
-      t.plaid_qc = w_.plaid_table;
-      t.plaid_units = mma.units
-                          ? reinterpret_cast<int32_t*>(table + mma.units_offset)
-                          : nullptr;
-      t.plaid_units_max =
-          mma.units_max_offset >= 0
-              ? reinterpret_cast<float*>(table + mma.units_max_offset)
-              : nullptr;
-      std::copy(std::begin(mma.levels), std::end(mma.levels),
-                std::begin(t.plaid_levels));
-    }
-  }
-  t.q_scales = plan.q_scaled ? Device<float>(cap.q_scales) : nullptr;
-  int64_t group = TmaMaxTiles(tma.warpgroups);
-  if (t.records == nullptr && knobs_.tma_scan_tile_group > 0) {
-    group = std::min<int64_t>(group, knobs_.tma_scan_tile_group);
-  }
-  const int32_t nq = plan.nq;
-  // A gather block scores one query's tiles only: when no query has more
-  // tiles than a block holds, one launch covers every query of the batch.
-  if (t.records != nullptr) {
-    int64_t most = 0;
-    for (int32_t q = 0; q < nq; ++q) {
-      most = std::max<int64_t>(
-          most, (tma.place[q + 1] - tma.place[q] + tma.tile_rows - 1) /
-                    tma.tile_rows);
-    }
-    if (most <= group) group = std::max<int64_t>(tma.tiles, 1);
-  }
+namespace {
+
+// The launches of one scoring pass (SearchRun::LaunchTma), one per group
+// of `group` query tiles, each over the queries with rows in its tiles.
+template <typename Args>
+absl::Status LaunchTileGroups(const TmaPlan& tma, int32_t nq, int64_t group,
+                              Args t, cudaStream_t stream) {
   const int64_t blocks_per_tile = tma.tile_rows / 16;
   for (int64_t g0 = 0; g0 < tma.tiles; g0 += group) {
     t.tile_begin = static_cast<int32_t>(g0);
@@ -132,9 +92,77 @@ absl::Status SearchRun::LaunchTma(TmaLaunchParams t) {
       }
     }
     if (t.q_end <= t.q_begin) continue;
-    MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimTma(t, stream()));
+    MAXSIMD_RETURN_IF_ERROR(LaunchMaxSimTma(t, stream));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SearchRun::LaunchTma(TmaLaunch t, const void* rows) {
+  const SearchPlan& plan = plan_;
+  const TmaPlan& tma = plan.tma;
+  const InputLayout& cap = plan.layout;
+  t.dtype = plan.dtype;
+  t.dim = plan.dim;
+  t.dpad = tma.dpad;
+  t.warpgroups = tma.warpgroups;
+  t.q_tiles = Device<void>(cap.query);
+  t.query_blocks = Device<int32_t>(cap.query_blocks);
+  t.query_tiles = Device<int32_t>(cap.query_tiles);
+  t.maps = Device<TensorMapBytes>(cap.maps);
+  int64_t group = TmaMaxTiles(tma.warpgroups);
+  if (t.records == nullptr && knobs_.tma_scan_tile_group > 0) {
+    group = std::min<int64_t>(group, knobs_.tma_scan_tile_group);
+  }
+  const int32_t nq = plan.nq;
+  // A gather block scores one query's tiles only: when no query has more
+  // tiles than a block holds, one launch covers every query of the batch.
+  if (t.records != nullptr) {
+    int64_t most = 0;
+    for (int32_t q = 0; q < nq; ++q) {
+      most = std::max<int64_t>(
+          most, (tma.place[q + 1] - tma.place[q] + tma.tile_rows - 1) /
+                    tma.tile_rows);
+    }
+    if (most <= group) group = std::max<int64_t>(tma.tiles, 1);
+  }
+  const float* q_scales = plan.q_scaled ? Device<float>(cap.q_scales) : nullptr;
+  const float* const* scales = Device<const float*>(cap.slot_scales);
+  if (plan.plaid) {
+    const PlaidTablesView& codec = p_.segments[0].resident.plaid;
+    const int32_t* const* codes = Device<const int32_t*>(cap.slot_codes);
+    const PlaidMmaPlan& mma = plan.plaid_mma;
+    if (mma.on) {
+      TmaPlaidMmaArgs a(t);
+      a.scales = scales;
+      a.codes = codes;
+      a.num_centroids = codec.num_centroids;
+      a.plaid_qc = w_.plaid_table;
+      std::copy(std::begin(mma.levels), std::end(mma.levels),
+                std::begin(a.plaid_levels));
+      a.q_scales = q_scales;
+      const PlaidUnits u = plaid_units();
+      a.plaid_units = u.units;
+      a.plaid_units_max = u.units_max;
+      a.plaid_rows = rows;
+      return LaunchTileGroups(tma, nq, group, a, stream());
+    }
+    TmaPlaidArgs a(t);
+    a.scales = scales;
+    a.codes = codes;
+    a.centroids_f16 = codec.centroids_f16;
+    a.bucket_weights = codec.bucket_weights;
+    a.num_centroids = codec.num_centroids;
+    return LaunchTileGroups(tma, nq, group, a, stream());
+  }
+  if (plan.int8) {
+    TmaInt8Args a(t);
+    a.scales = scales;
+    a.q_scales = q_scales;
+    return LaunchTileGroups(tma, nq, group, a, stream());
+  }
+  return LaunchTileGroups(tma, nq, group, TmaDenseArgs(t), stream());
 }
 
 absl::Status SearchRun::StreamIn(int b, const void* src, int64_t bytes) {

@@ -103,8 +103,19 @@ class SearchRun {
 
   // The TMA launches of one scoring pass, one per group of query tiles (a
   // block keeps running maxima for at most TmaMaxTiles() tiles); `t` holds
-  // the pass's own fields (records and units, or the scan's chunk).
-  absl::Status LaunchTma(TmaLaunchParams t);
+  // the pass's own fields (records and units, or the scan's chunk), and
+  // the plan's layout adds its part (maxsim_tma.h's TmaArgs). `rows`: the
+  // scanned slot's rows in device memory, for a kernel that reads them
+  // directly (PlaidMma scans); null for gathers and streamed slots.
+  absl::Status LaunchTma(TmaLaunch t, const void* rows = nullptr);
+
+  // The PlaidMma table's regions in the worker's table buffer: the unit
+  // table and its tiles' largest values (null where the plan has none).
+  struct PlaidUnits {
+    int32_t* units = nullptr;
+    float* units_max = nullptr;
+  };
+  PlaidUnits plaid_units() const;
 
   // Runs `fn` (which enqueues a top-k pass) between a timing event pair,
   // while pairs last.

@@ -32,10 +32,8 @@ absl::Status ScoreChunk(SearchRun& run, size_t s, int64_t c0, int64_t clen,
         run.stream()));
   }
   if (plan.tma.on) {
-    TmaLaunchParams t;
+    TmaLaunch t;
     t.map_slot = static_cast<int32_t>(slot);
-    // The warp kernel reads the rows directly (resident segments).
-    if (!p.segments[s].streamed) t.plaid_rows = tokens;
     t.scan_box_rows = knobs.tma_scan_box_rows == 16 ? 16 : 64;
     t.cu_seqlens = v.cu_seqlens;
     t.row_base = row_base;
@@ -54,7 +52,9 @@ absl::Status ScoreChunk(SearchRun& run, size_t s, int64_t c0, int64_t clen,
                           : std::max<int64_t>(1, (clen + slots - 1) / slots);
     t.scores = w.scores;
     t.score_stride = clen;
-    MAXSIMD_RETURN_IF_ERROR(run.LaunchTma(t));
+    // The PLAID scan kernel reads resident rows directly.
+    MAXSIMD_RETURN_IF_ERROR(
+        run.LaunchTma(t, p.segments[s].streamed ? nullptr : tokens));
   } else {
     ScanLaunchParams sp;
     sp.dtype = plan.dtype;
