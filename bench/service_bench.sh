@@ -35,10 +35,22 @@
 #                 close whenever an executor is free)
 #   scan_r1_lead<N>  scan_r1 with --scan_lead=<N>ms (the scan case runs the
 #                 defaults, --max_running_scans=1 --scan_lead=3ms)
+#   plaid    PLAID candidate generation: queries without candidates on a
+#            PLAID corpus (2 bits, d = 128) of 100k documents of 64 tokens,
+#            top-10 with ColBERT's defaults for k (1 cell per query token,
+#            64 documents ranked exactly): open-loop sweep. The corpus is
+#            made with maxsimctl (generate once into PLAID_DATA, then create
+#            and add: the server trains the codec on it), so any build of
+#            the server with PLAID corpora runs it
 #
 # Environment: SERVER_FLAGS (extra maxsimd flags), DURATION (seconds per
-# measured point, default 5), RERANK_RATES, SCAN_RATES (comma-separated),
-# LG_CHANNELS (channels of each load generator in the *_2lg cases).
+# measured point, default 5), RERANK_RATES, SCAN_RATES, PLAID_RATES
+# (comma-separated), LG_CHANNELS (channels of each load generator in the
+# *_2lg cases); for the plaid case PLAID_DOCS (default 100000),
+# PLAID_TOKENS (tokens per document, default 64), PLAID_NBITS (default 2),
+# PLAID_TOP_K (default 10) and PLAID_DATA (where the generated corpus files
+# are kept and reused, default <out-dir>/plaid_data: share it between the
+# runs of a before/after comparison so that both load the same files).
 set -euo pipefail
 
 bin=${1:?usage: $0 <bin-dir> <out-dir> [case...]}
@@ -49,12 +61,20 @@ cases=("$@")
 duration=${DURATION:-5}
 rerank_rates=${RERANK_RATES:-5000,10000,15000,20000,25000,30000}
 scan_rates=${SCAN_RATES:-500,1000,1500,2000,2500}
+plaid_rates=${PLAID_RATES:-50,100,200,400,800,1600}
 port=50151
 mkdir -p "$out"
 
 server_pid=""
+server_log=""
 stop_server() {
   [[ -n "$server_pid" ]] || return 0
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    # Its failures above are then connection errors: say why.
+    echo "service_bench: the server exited before its case ended" \
+      "($server_log):" >&2
+    tail -5 "$server_log" >&2
+  fi
   kill -TERM "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   server_pid=""
@@ -66,8 +86,9 @@ trap stop_server EXIT
 start_server() {
   local name=$1
   shift
+  server_log=$out/server_$name.log
   "$bin/maxsimd" --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$((port + 1)) \
-    --log_level=info ${SERVER_FLAGS:-} "$@" >"$out/server_$name.log" 2>&1 &
+    --log_level=info ${SERVER_FLAGS:-} "$@" >"$server_log" 2>&1 &
   server_pid=$!
   for _ in $(seq 3000); do
     if "$bin/maxsimctl" --target=127.0.0.1:$port health 2>/dev/null | grep -q '^SERVING'; then
@@ -136,6 +157,43 @@ rerank_2lg() {
   stop_server
 }
 
+ctl() {
+  "$bin/maxsimctl" --target=127.0.0.1:$port "$@"
+}
+
+# plaid_sweep <case> [server flags...]: PLAID candidate generation (queries
+# without candidates) on a PLAID corpus, top PLAID_TOP_K. The corpus files
+# come from maxsimctl generate, once per size (written aside, then moved in
+# place, so that an interrupted run leaves none half-written); the server
+# builds the corpus from them (create, then one add: the codec is trained
+# on the documents of the first add, then every token is compressed).
+plaid_sweep() {
+  local c=$1 docs=${PLAID_DOCS:-100000} tokens=${PLAID_TOKENS:-64}
+  shift
+  local data=${PLAID_DATA:-$out/plaid_data}/d128_${docs}x${tokens} t0
+  if [[ ! -f $data/ids.txt ]]; then
+    rm -rf "$data.tmp"
+    mkdir -p "$(dirname "$data")"
+    "$bin/maxsimctl" generate --out="$data.tmp" --docs="$docs" --dim=128 \
+      --min-tokens="$tokens" --max-tokens="$tokens" --queries=0
+    mv "$data.tmp" "$data"
+  fi
+  start_server "$c" --max_queue_delay=1ms "$@"
+  t0=$(date +%s%N)
+  ctl create --name=plaid --dim=128 --layout=plaid \
+    --plaid-nbits="${PLAID_NBITS:-2}" >/dev/null
+  # One stream of every document: its deadline covers the codec's training
+  # and the compression at the commit.
+  ctl --timeout=30m add --corpus=plaid --tokens="$data/tokens.npy" \
+    --cu-seqlens="$data/cu_seqlens.npy" --ids="$data/ids.txt"
+  echo "plaid corpus built in $((($(date +%s%N) - t0) / 1000000)) ms:" \
+    "$(ctl get --name=plaid | tr -s ' \n' ' ')"
+  loadgen --corpus=plaid --candidates=0 --top_k="${PLAID_TOP_K:-10}" \
+    --channels=4 --sweep="$plaid_rates" --json="$out/${c}_sweep.json"
+  scrape "$c"
+  stop_server
+}
+
 for c in "${cases[@]}"; do
   case $c in
     idle | idle_nospin)
@@ -200,6 +258,7 @@ for c in "${cases[@]}"; do
     # server-bound one.
     rerank100k_2lg) rerank_2lg rerank100k_2lg scan 100000 ;;
     rerank_2lg) rerank_2lg rerank_2lg rerank 500000 ;;
+    plaid) plaid_sweep plaid ;;
     *) echo "service_bench: unknown case $c" >&2; exit 1 ;;
   esac
 done
