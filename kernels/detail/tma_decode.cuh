@@ -150,6 +150,28 @@ __device__ __forceinline__ void CopyScalesAndIds(B& b, uint32_t c, int s,
   if constexpr (kIds) b.CopyCodes(s, col, b.p.codes[slot] + row, n);
 }
 
+// The producer's per-row data of the scaled layouts: each row's scale,
+// and with kIds its centroid id (CopyScalesAndIds).
+template <bool kIds>
+struct TmaRowScalesData {
+  static constexpr bool kRowData = true;
+  template <typename B>
+  __device__ __forceinline__ static void CopyRowData(B& b, uint32_t c, int s,
+                                                     int col, int slot,
+                                                     int64_t row, int n) {
+    CopyScalesAndIds<kIds>(b, c, s, col, slot, row, n);
+  }
+};
+
+// Row maxima times the query row's scale (quantised queries).
+struct TmaScaledRowMaxima {
+  __device__ __forceinline__ static void ScaleRowMaxima(float& m0, float& m1,
+                                                        float qs0, float qs1) {
+    m0 *= qs0;
+    m1 *= qs1;
+  }
+};
+
 // ---- float16 and bfloat16: the copy engine's rows are the operands.
 template <typename Tag>
 struct DenseDecode : TmaDecodeBase {
@@ -161,21 +183,20 @@ struct DenseDecode : TmaDecodeBase {
 // ---- int8: widened exactly to float16 in shared
 // memory, cells times their columns' scales, row maxima times a quantised
 // query's row scales.
-struct Int8Decode : TmaDecodeBase, TmaQueryRowScales, TmaFloatColumnScales {
+struct Int8Decode : TmaDecodeBase,
+                    TmaRowScalesData<false>,
+                    TmaQueryRowScales,
+                    TmaFloatColumnScales,
+                    TmaScaledRowMaxima {
   using Layout = TmaInt8Layout;
   using MmaTag = Fp16;
   using Acc = float;
   static constexpr bool kI8 = true;
-  static constexpr bool kRowData = true;
+  using TmaRowScalesData<false>::kRowData;
+  using TmaRowScalesData<false>::CopyRowData;
   using TmaFloatColumnScales::ScaleCells;
   using TmaQueryRowScales::RowScales;
-
-  template <typename B>
-  __device__ __forceinline__ static void CopyRowData(B& b, uint32_t c, int s,
-                                                     int col, int slot,
-                                                     int64_t row, int n) {
-    CopyScalesAndIds<false>(b, c, s, col, slot, row, n);
-  }
+  using TmaScaledRowMaxima::ScaleRowMaxima;
 
   // Four int8 values -> two float16x2 words, exactly. A byte b is placed as
   // the mantissa of 1024 (0x6400) after b ^ 0x80 = b + 128, then 1152 is
@@ -228,32 +249,24 @@ struct Int8Decode : TmaDecodeBase, TmaQueryRowScales, TmaFloatColumnScales {
     }
     b.CopyWideScales(s, to);
   }
-
-  __device__ __forceinline__ static void ScaleRowMaxima(float& m0, float& m1,
-                                                        float qs0, float qs1) {
-    m0 *= qs0;
-    m1 *= qs1;
-  }
 };
 
 // ---- int8 with quantised queries (widths 128 and 256): both operands are
 // int8 codes, read by the int8 MMA where the copy engine lands them (the
 // block of the float16 width dim / 2); each int32 cell becomes fp32 times
 // its column's scale, row maxima times the row's scale.
-struct Int8MmaDecode : TmaDecodeBase, TmaQueryRowScales {
+struct Int8MmaDecode : TmaDecodeBase,
+                       TmaRowScalesData<false>,
+                       TmaQueryRowScales,
+                       TmaScaledRowMaxima {
   using Layout = TmaInt8Layout;
   using MmaTag = Int8Mma;
   using Acc = int32_t;
   static constexpr bool kS8 = true;
-  static constexpr bool kRowData = true;
+  using TmaRowScalesData<false>::kRowData;
+  using TmaRowScalesData<false>::CopyRowData;
   using TmaQueryRowScales::RowScales;
-
-  template <typename B>
-  __device__ __forceinline__ static void CopyRowData(B& b, uint32_t c, int s,
-                                                     int col, int slot,
-                                                     int64_t row, int n) {
-    CopyScalesAndIds<false>(b, c, s, col, slot, row, n);
-  }
+  using TmaScaledRowMaxima::ScaleRowMaxima;
 
   // Each int32 cell becomes fp32 times its column's scale (column j of the
   // pass is sc[j]), left in place as fp32 bits (TmaBlock::Cell reads them).
@@ -273,12 +286,6 @@ struct Int8MmaDecode : TmaDecodeBase, TmaQueryRowScales {
       }
     }
   }
-
-  __device__ __forceinline__ static void ScaleRowMaxima(float& m0, float& m1,
-                                                        float qs0, float qs1) {
-    m0 *= qs0;
-    m1 *= qs1;
-  }
 };
 
 // ---- PLAID of kNbits-bit residuals, decoded to float16: the widening warps
@@ -286,12 +293,15 @@ struct Int8MmaDecode : TmaDecodeBase, TmaQueryRowScales {
 // L2-resident) and its residuals' bucket weights (a shared table: byte value ->
 // 8 / nbits float16 weights); the epilogue scales the columns as for int8.
 template <int kNbits>
-struct PlaidDecode : TmaDecodeBase, TmaFloatColumnScales {
+struct PlaidDecode : TmaDecodeBase,
+                     TmaRowScalesData<true>,
+                     TmaFloatColumnScales {
   using Layout = TmaPlaidLayout;
   using MmaTag = Fp16;
   using Acc = float;
   static constexpr int kPlaidBits = kNbits;
-  static constexpr bool kRowData = true;
+  using TmaRowScalesData<true>::kRowData;
+  using TmaRowScalesData<true>::CopyRowData;
   using TmaFloatColumnScales::ScaleCells;
 
   template <typename P>
@@ -299,13 +309,6 @@ struct PlaidDecode : TmaDecodeBase, TmaFloatColumnScales {
     BuildPlaidLut<kNbits>(reinterpret_cast<uint16_t*>(lut), [&p](int b) {
       return __half_as_ushort(__float2half_rn(p.bucket_weights[b]));
     });
-  }
-
-  template <typename B>
-  __device__ __forceinline__ static void CopyRowData(B& b, uint32_t c, int s,
-                                                     int col, int slot,
-                                                     int64_t row, int n) {
-    CopyScalesAndIds<true>(b, c, s, col, slot, row, n);
   }
 
   __device__ __forceinline__ static uint32_t Hadd2(uint32_t a, uint32_t b) {
@@ -412,13 +415,16 @@ struct PlaidDecode : TmaDecodeBase, TmaFloatColumnScales {
 // rows; the epilogue combines the two per cell with the row factors and the
 // column scales.
 template <int kNbits>
-struct PlaidMmaDecode : TmaDecodeBase, TmaQueryRowScales {
+struct PlaidMmaDecode : TmaDecodeBase,
+                        TmaRowScalesData<true>,
+                        TmaQueryRowScales {
   using Layout = TmaPlaidMmaLayout;
   using MmaTag = Int8Mma;
   using Acc = int32_t;
   static constexpr int kPlaidBits = kNbits;
   static constexpr bool kS8 = true;
-  static constexpr bool kRowData = true;
+  using TmaRowScalesData<true>::kRowData;
+  using TmaRowScalesData<true>::CopyRowData;
   // At 1 and 2 bits, whose producer bounded the scans, the widening warps
   // index each chunk. At 4 bits, where they have twice the residuals to
   // widen, it measured no faster (bench/NOTES.md, s9).
@@ -430,13 +436,6 @@ struct PlaidMmaDecode : TmaDecodeBase, TmaQueryRowScales {
     // The buckets' int8 levels.
     BuildPlaidLut<kNbits>(reinterpret_cast<int8_t*>(lut),
                           [&p](int b) { return p.plaid_levels[b]; });
-  }
-
-  template <typename B>
-  __device__ __forceinline__ static void CopyRowData(B& b, uint32_t c, int s,
-                                                     int col, int slot,
-                                                     int64_t row, int n) {
-    CopyScalesAndIds<true>(b, c, s, col, slot, row, n);
   }
 
   // The int8 levels of 16 values (2 * nbits residual bytes at src) as one
