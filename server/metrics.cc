@@ -84,6 +84,14 @@ Metrics::Metrics(prometheus::Registry& registry,
                     "generates.")
               .Register(registry)
               .Add({})),
+      plaid_device_products_(
+          prometheus::BuildCounter()
+              .Name("maxsimd_plaid_device_products_total")
+              .Help("Of maxsimd_plaid_centroid_products_total, the products "
+                    "that ran on the backend's accelerator (the GPU); the "
+                    "others ran on the host's threads.")
+              .Register(registry)
+              .Add({})),
       plaid_queries_(prometheus::BuildCounter()
                          .Name("maxsimd_plaid_generated_queries_total")
                          .Help("Queries whose candidates PLAID candidate "
@@ -128,8 +136,10 @@ void Metrics::CountRejected(const std::string& reason) {
   rejected_.Add({{"reason", reason}}).Increment();
 }
 
-void Metrics::CountPlaidGeneration(int64_t products, int64_t queries) {
+void Metrics::CountPlaidGeneration(int64_t products, int64_t device_products,
+                                   int64_t queries) {
   plaid_products_.Increment(static_cast<double>(products));
+  plaid_device_products_.Increment(static_cast<double>(device_products));
   plaid_queries_.Increment(static_cast<double>(queries));
 }
 

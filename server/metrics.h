@@ -54,9 +54,12 @@ class Metrics {
   // "deadline", "cancelled", "draining".
   void CountRejected(const std::string& reason);
   // One PLAID candidate generation run by an executor for a batch:
-  // `products` Q C^T products (maxsimd_plaid_centroid_products_total) for
-  // `queries` queries (maxsimd_plaid_generated_queries_total).
-  void CountPlaidGeneration(int64_t products, int64_t queries);
+  // `products` Q C^T products (maxsimd_plaid_centroid_products_total), of
+  // which `device_products` ran on the backend's accelerator
+  // (maxsimd_plaid_device_products_total), for `queries` queries
+  // (maxsimd_plaid_generated_queries_total).
+  void CountPlaidGeneration(int64_t products, int64_t device_products,
+                            int64_t queries);
   // maxsimd_serving: 1 while health reports SERVING (configured corpora
   // loaded, backend healthy, not draining), else 0.
   void SetServing(bool serving);
@@ -70,6 +73,7 @@ class Metrics {
   prometheus::Gauge& queue_bytes_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Counter& plaid_products_;
+  prometheus::Counter& plaid_device_products_;
   prometheus::Counter& plaid_queries_;
   prometheus::Gauge& serving_;
 };

@@ -577,6 +577,7 @@ void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
   }
   if (metrics_) {
     metrics_->CountPlaidGeneration(stats.centroid_products,
+                                   stats.device_products,
                                    static_cast<int64_t>(queries.size()));
     for (size_t i = 0; i < queries.size(); ++i) {
       metrics_->ObserveStage("generate", seconds);

@@ -294,6 +294,9 @@ class SchedulerTest : public ::testing::Test {
     return -1;
   }
   double Products() { return Counter("maxsimd_plaid_centroid_products_total"); }
+  double DeviceProducts() {
+    return Counter("maxsimd_plaid_device_products_total");
+  }
   double Generated() {
     return Counter("maxsimd_plaid_generated_queries_total");
   }
@@ -919,6 +922,7 @@ TEST_F(SchedulerTest, PlaidProductRunsOnABackendThatScoresCentroids) {
     ASSERT_THAT(s.Submit(std::move(tasks)), IsOk());
     for (Result* r : runs[on_backend]) ASSERT_TRUE(r->Wait());
     EXPECT_EQ(backend_.product_calls(), on_backend);
+    EXPECT_EQ(DeviceProducts(), on_backend);
   }
   EXPECT_EQ(Products(), 2);
   EXPECT_EQ(Generated(), 2 * kN);
