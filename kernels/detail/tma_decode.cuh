@@ -106,8 +106,9 @@ struct TmaQueryRowScales {
   }
 };
 
-// The float16-widened layouts' epilogue: acc columns times their rows'
-// scales (column j of the pass is sc[j]), in 8-column blocks [kI0, kI1).
+// The float16-widened layouts' epilogue: each column (a document token)
+// times its token's scale (column j of the pass is sc[j]), in 8-column
+// blocks [kI0, kI1).
 struct TmaFloatColumnScales {
   template <typename S, int kCols, int kI0, int kI1>
   __device__ __forceinline__ static void ScaleCells(float (&acc)[kCols / 2],
@@ -180,9 +181,8 @@ struct DenseDecode : TmaDecodeBase {
   using Acc = float;
 };
 
-// ---- int8: widened exactly to float16 in shared
-// memory, cells times their columns' scales, row maxima times a quantised
-// query's row scales.
+// ---- int8: widened exactly to float16 in shared memory, cells times their
+// columns' scales, row maxima times a quantised query's row scales.
 struct Int8Decode : TmaDecodeBase,
                     TmaRowScalesData<false>,
                     TmaQueryRowScales,
