@@ -221,6 +221,9 @@ sanitize() {
       'GpuPlaidTest.ScoresFollowTheStatedFormula:GpuPlaidTest.RerankMatchesReference:GpuPlaidTest.RaggedScanMatchesReference:GpuPlaidTest.Int8MmaServesSeveralQueriesPerLaunch:GpuPlaidTest.TmaPlaidMmaScanWithTheWarpScanOff:GpuPlaidTest.ScanTableOfLargeUnitsKeepsItsPrecision'
     sanitize_one $tool gpu_kmeans_test \
       'GpuKMeansTest.MatchesTheHostOnRandomUnitTokens:GpuKMeansTest.TiesGoToTheLowestIndex:GpuKMeansTest.SpecialValuesGiveTheHostsCodes'
+    # PLAID generation's centroid product (double-buffered cp.async tiles).
+    sanitize_one $tool gpu_backend_centroids_test \
+      'GpuCentroidScoresTest.SpecialValuesMatchTheHost:GpuCentroidScoresTest.PlaidCandidatesMatchTheHost'
   done
   # What racecheck follows through an mbarrier (tests/sanitizers/
   # mbarrier_probe.cu): informational, expected "1 hazard" for modes 0 and 2.
