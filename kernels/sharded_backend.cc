@@ -174,11 +174,8 @@ absl::Status ShardedBackend::ScoreCentroids(int shard,
                                             int32_t dim,
                                             absl::Span<const float> tokens,
                                             absl::Span<float> scores) {
-  if (shard < 0 || shard >= num_shards()) {
-    return absl::InvalidArgumentError(absl::StrCat("ScoreCentroids: shard is ",
-                                                   shard, ", must be in [0, ",
-                                                   num_shards(), ")"));
-  }
+  MAXSIMD_RETURN_IF_ERROR(ValidateScoreCentroids(
+      shard, num_shards(), tables, dim, tokens, scores, limits()));
   // The child is a backend of one shard: its own memory is shard 0.
   return shards_[shard]->ScoreCentroids(0, tables, dim, tokens, scores);
 }
