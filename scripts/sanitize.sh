@@ -5,9 +5,11 @@
 # defeats, and the /metrics test that runs the process out of descriptors,
 # where UBSan's runtime cannot check a call and reports a false error; both
 # run in the plain build). Any report fails the test that
-# made it: UBSan does not recover, LeakSanitizer is on. The deploy checks
-# (label deploy) are left out: they inspect the release binaries' shared
-# libraries. Part of the README's test command (scripts/test.sh);
+# made it: UBSan does not recover, LeakSanitizer is on. Left out as well, as
+# they run no instrumented code of ours: the deploy checks (label deploy,
+# they inspect the release binaries' shared libraries), the CUDA-free client
+# build (client_without_cuda_test, a build of its own), and the Python
+# package's packaging and static type checks. Part of the README's test command (scripts/test.sh);
 # tests/sanitizers/README.md has the last results.
 #
 # Environment: BUILD_DIR (default <repo>/build-asan), JOBS (default nproc).
@@ -34,4 +36,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 900 \
   -LE deploy \
-  -E '^(soak_smoke|MetricsHttpTest[.]RunningOutOfDescriptorsDoesNotSpin)$'
+  -E '^(soak_smoke|MetricsHttpTest[.]RunningOutOfDescriptorsDoesNotSpin|client_without_cuda_test|python_client_packaging|python_client_mypy)$'

@@ -10,6 +10,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-test}"
 JOBS="${JOBS:-$(nproc)}"
 
+# Each phase's line carries the seconds since the start, so a CI log shows
+# where the time goes (the whole run should stay under 45 minutes).
+phase() { echo "== [${SECONDS} s] $*"; }
+
 "$ROOT/scripts/install_deps.sh"
 
 # The image check's base images (debootstrap: mostly download and disk, few
@@ -22,7 +26,7 @@ if [[ -z ${SKIP_IMAGE:-} ]]; then
   IMAGE_BASE_PID=$!
 fi
 
-echo "== format check (clang-format, Google style)"
+phase "format check (clang-format, Google style)"
 "$ROOT/scripts/check_format.sh"
 
 CUDA_FLAG=-DMAXSIMD_WITH_CUDA=OFF
@@ -35,17 +39,17 @@ else
 fi
 
 if [[ -x "$NVCC" ]]; then
-  echo "== configure against Debian's stock CMake modules (cmake-data)"
+  phase "configure against Debian's stock CMake modules (cmake-data)"
   CUDACXX="$NVCC" "$ROOT/scripts/check_stock_cmake.sh"
 fi
 
-echo "== configure"
+phase "configure"
 # shellcheck disable=SC2086
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   $CUDA_FLAG
-echo "== build"
+phase "build"
 cmake --build "$BUILD_DIR" -j "$JOBS"
-echo "== test"
+phase "test"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
 
 # The image's runtime stage from this build's binaries, built with buildah
@@ -53,7 +57,7 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
 # system as the image's user: HEALTHCHECK SERVING, a rerank, SIGTERM exits 0.
 # SKIP_IMAGE=1 leaves it out, for a quicker local run.
 if [[ -z ${SKIP_IMAGE:-} ]]; then
-  echo "== image: runtime stage with buildah, entrypoint check"
+  phase "image: runtime stage with buildah, entrypoint check"
   if ! wait "$IMAGE_BASE_PID"; then
     cat "$IMAGE_BASE_LOG" >&2
     echo "test.sh: the image's base images failed" >&2
@@ -67,7 +71,7 @@ fi
 # a build directory of its own; it replays the seed corpus and its crash
 # reproducers first. scripts/fuzz.sh with no argument is the 10-minute run.
 FUZZ_SMOKE_SECONDS="${FUZZ_SMOKE_SECONDS:-20}"
-echo "== fuzz smoke (${FUZZ_SMOKE_SECONDS} s per target, 2 at a time)"
+phase "fuzz smoke (${FUZZ_SMOKE_SECONDS} s per target, 2 at a time)"
 BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}" FUZZ_PARALLEL=2 JOBS="$JOBS" \
   bash "$ROOT/scripts/fuzz.sh" "$FUZZ_SMOKE_SECONDS"
 
@@ -76,8 +80,11 @@ BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}" FUZZ_PARALLEL=2 JOBS="$JOBS" \
 # in a build directory of its own (tests/sanitizers/README.md).
 # SKIP_SANITIZERS=1 leaves both out, for a quicker local run.
 if [[ -z ${SKIP_SANITIZERS:-} ]]; then
+  phase "ASan + UBSan"
   BUILD_DIR="${ASAN_BUILD_DIR:-$ROOT/build-asan}" JOBS="$JOBS" \
     bash "$ROOT/scripts/sanitize.sh"
+  phase "TSan"
   BUILD_DIR="${TSAN_BUILD_DIR:-$ROOT/build-tsan}" JOBS="$JOBS" \
     bash "$ROOT/scripts/tsan.sh"
 fi
+phase "done"
