@@ -42,10 +42,19 @@
 // A layout that the backend refuses (the GPU backend without an int8
 // kernel answers UNIMPLEMENTED) is reported with its error.
 //
+// With --pool_factors, each layout is also built with token pooling at
+// ingest (CorpusConfig::pool_factor: each document's tokens clustered into
+// ceil(n / factor) means, normalised again) and compared with the same
+// exact ranking of the unpooled fp32 corpus; the table gives the tokens the
+// pooled corpus keeps. --repeat_fraction makes that share of the tokens
+// near-duplicates of earlier tokens of their document (index/synthetic.h),
+// the redundancy pooling removes in real documents.
+//
 // Usage: fidelity_bench [--docs N] [--queries N] [--min_tokens N]
 //   [--max_tokens N] [--dim N] [--seed N] [--backend cpu|gpu] [--threads N]
 //   [--json PATH] [--min_int8_overlap X]
-//   [--layouts int8,fp16,bf16,plaid2,plaid4]
+//   [--layouts int8,fp16,bf16,plaid2,plaid4] [--pool_factors 1,2,3]
+//   [--repeat_fraction X] [--repeat_noise X]
 //
 // Exit status: 0 after a run; 1 when --min_int8_overlap is set and an int8
 // row misses it or could not be measured, or when the backend or the JSON
@@ -70,6 +79,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -78,6 +88,7 @@
 #include "index/plaid_search.h"
 #include "index/plaid_train.h"
 #include "index/synthetic.h"
+#include "index/token_pooling.h"
 #include "kernels/backend.h"
 #include "kernels/base/status_macros.h"
 #include "kernels/base/thread_pool.h"
@@ -113,6 +124,14 @@ ABSL_FLAG(std::string, layouts, "int8,fp16,bf16,plaid2,plaid4",
           "Layouts to measure, comma-separated: int8 (both query modes), "
           "fp16, bf16, plaid2, plaid4 (each exhaustive and through PLAID "
           "candidate generation)");
+ABSL_FLAG(std::string, pool_factors, "1",
+          "Token pooling factors to measure each layout at, comma-separated "
+          "(CorpusConfig::pool_factor; 1 keeps every token)");
+ABSL_FLAG(double, repeat_fraction, 0.0,
+          "Share of document tokens that are near-duplicates of an earlier "
+          "token of their document (SyntheticCorpusOptions::repeat_fraction)");
+ABSL_FLAG(double, repeat_noise, 0.1,
+          "Noise of those near-duplicates (SyntheticCorpusOptions)");
 ABSL_FLAG(double, min_int8_overlap, 0.0,
           "Exit 1 unless both int8 rows reach this mean top-k overlap (0: no "
           "check)");
@@ -319,6 +338,8 @@ struct LayoutCase {
 struct LayoutResult {
   std::string name;
   std::string query_mode;
+  int32_t pool_factor = 1;
+  int64_t stored_tokens = 0;  // of the built corpus
   bool is_int8 = false;
   std::string error;  // empty when measured
   double mean_overlap = 0.0;
@@ -335,8 +356,9 @@ struct LayoutResult {
 // backend's limits and compares each top k with the exact one. exact[q] is
 // query q's exact top 2k (or all documents, if fewer).
 // `index` is the corpus of an earlier case of the same layout and dtype
-// (built here when null, and left for the next case).
-absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
+// (built here when null, and left for the next case), with `pool_factor`.
+absl::Status MeasureLayout(const LayoutCase& c, int32_t pool_factor,
+                           const SyntheticCorpus& corpus,
                            const SearchBatch& queries, int32_t k,
                            const std::vector<std::vector<ScoredDoc>>& exact,
                            Backend* backend, std::shared_ptr<Corpus>& index,
@@ -350,7 +372,10 @@ absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
     config.layout = c.layout;
     config.storage_dtype = c.storage;
     config.quantize_queries = c.quantize_queries;
-    config.normalize = c.layout == Layout::kPlaid;  // the rows are unit already
+    // The rows are unit already; PLAID and pooling normalise (pooled means
+    // back to unit length, as a cosine corpus stores them).
+    config.normalize = c.layout == Layout::kPlaid || pool_factor > 1;
+    config.pool_factor = pool_factor;
     CorpusLimits limits;
     MAXSIMD_ASSIGN_OR_RETURN(index, Corpus::Create(config, limits, backend));
     {
@@ -368,6 +393,7 @@ absl::Status MeasureLayout(const LayoutCase& c, const SyntheticCorpus& corpus,
   }
   const std::shared_ptr<const CorpusSnapshot> snap = index->Snapshot();
   result->build_seconds = Seconds(start);
+  result->stored_tokens = snap->live_tokens();
   if (snap->codec() != nullptr) {
     result->plaid_centroids = snap->codec()->codec().num_centroids;
   }
@@ -530,6 +556,22 @@ int Run() {
                          "\"; choose from int8, fp16, bf16, plaid2, plaid4");
     }
   }
+  std::vector<int32_t> pool_factors;
+  for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_pool_factors),
+                                            ',', absl::SkipEmpty())) {
+    int32_t v = 0;
+    if (!absl::SimpleAtoi(f, &v) || v < 1 || v > kMaxTokenPoolFactor) {
+      bad = absl::StrCat("--pool_factors: \"", f, "\" is not in [1, ",
+                         kMaxTokenPoolFactor, "]");
+    }
+    pool_factors.push_back(v);
+  }
+  if (pool_factors.empty()) bad = "--pool_factors must name a factor";
+  const double repeat_fraction = absl::GetFlag(FLAGS_repeat_fraction);
+  const double repeat_noise = absl::GetFlag(FLAGS_repeat_noise);
+  if (!(repeat_fraction >= 0 && repeat_fraction <= 1) || !(repeat_noise >= 0)) {
+    bad = "--repeat_fraction must be in [0, 1] and --repeat_noise >= 0";
+  }
   if (min_int8 > 0 && layouts.count("int8") == 0) {
     bad = "--min_int8_overlap needs int8 in --layouts";
   }
@@ -560,6 +602,8 @@ int Run() {
   so.num_clusters = clusters;
   so.noise = static_cast<float>(noise);
   so.seed = seed;
+  so.repeat_fraction = static_cast<float>(repeat_fraction);
+  so.repeat_noise = static_cast<float>(repeat_noise);
   const SyntheticCorpus corpus = GenerateSyntheticCorpus(so);
   // Each query comes from a random document's tokens (raw mt19937_64
   // output, the same on every platform).
@@ -576,11 +620,12 @@ int Run() {
   const double generate_seconds = Seconds(start);
   std::printf(
       "corpus: %lld documents, %lld tokens (%d..%d per document), dim %d, "
-      "%d clusters, seed %llu; %d queries of %d tokens; generated in %.1f s\n",
+      "%d clusters, seed %llu, near-duplicate tokens %.2f (noise %.2f); %d "
+      "queries of %d tokens; generated in %.1f s\n",
       static_cast<long long>(num_docs),
       static_cast<long long>(corpus.cu_seqlens.back()), min_tokens, max_tokens,
-      dim, clusters, static_cast<unsigned long long>(seed), num_queries,
-      query_tokens, generate_seconds);
+      dim, clusters, static_cast<unsigned long long>(seed), repeat_fraction,
+      repeat_noise, num_queries, query_tokens, generate_seconds);
 
   start = std::chrono::steady_clock::now();
   const int32_t exact_k = static_cast<int32_t>(
@@ -635,44 +680,52 @@ int Run() {
     std::printf("PLAID codec trainer: %s\n", trainer_text.c_str());
   }
   std::vector<LayoutResult> results;
-  std::map<DType, std::shared_ptr<Corpus>> built;  // by storage dtype
-  for (const LayoutCase& c : cases) {
-    if (layouts.count(c.name) == 0) continue;
-    LayoutResult r;
-    r.name = c.name;
-    r.is_int8 = c.layout == Layout::kInt8;
-    r.query_mode = c.pipeline                   ? "PLAID search"
-                   : c.layout == Layout::kPlaid ? "exhaustive"
-                   : !r.is_int8                 ? "dense"
-                   : c.quantize_queries         ? "int8 (quantised)"
-                                                : "fp16";
-    // Int8's two query modes are two corpora (the mode is configuration).
-    std::shared_ptr<Corpus> none;
-    std::shared_ptr<Corpus>& index =
-        c.layout == Layout::kPlaid ? built[c.storage] : none;
-    const absl::Status s =
-        MeasureLayout(c, corpus, queries, k, exact, backend->get(), index, &r);
-    if (!s.ok()) r.error = s.ToString();
-    results.push_back(r);
+  // By (storage dtype, pool factor): the PLAID cases share a corpus.
+  std::map<std::pair<DType, int32_t>, std::shared_ptr<Corpus>> built;
+  for (const int32_t pool_factor : pool_factors) {
+    for (const LayoutCase& c : cases) {
+      if (layouts.count(c.name) == 0) continue;
+      LayoutResult r;
+      r.name = c.name;
+      r.pool_factor = pool_factor;
+      r.is_int8 = c.layout == Layout::kInt8;
+      r.query_mode = c.pipeline                   ? "PLAID search"
+                     : c.layout == Layout::kPlaid ? "exhaustive"
+                     : !r.is_int8                 ? "dense"
+                     : c.quantize_queries         ? "int8 (quantised)"
+                                                  : "fp16";
+      // Int8's two query modes are two corpora (the mode is configuration).
+      std::shared_ptr<Corpus> none;
+      std::shared_ptr<Corpus>& index =
+          c.layout == Layout::kPlaid ? built[{c.storage, pool_factor}] : none;
+      const absl::Status st = MeasureLayout(c, pool_factor, corpus, queries, k,
+                                            exact, backend->get(), index, &r);
+      if (!st.ok()) r.error = st.ToString();
+      results.push_back(r);
+    }
+    built.clear();  // one pool factor's corpora at a time
   }
 
   std::printf("\nbackend %s: top-%d overlap with the exact fp32 ranking\n",
               (*backend)->name().c_str(), k);
-  std::printf("%-6s %-17s %12s %11s %11s %6s %6s %8s %9s\n", "layout",
-              "queries", "mean overlap", "same first", "worst query", "near",
-              "far", "build s", "search s");
+  std::printf("%-6s %-17s %4s %7s %12s %11s %11s %6s %6s %8s %9s\n", "layout",
+              "queries", "pool", "tokens", "mean overlap", "same first",
+              "worst query", "near", "far", "build s", "search s");
+  const double all_tokens = static_cast<double>(corpus.cu_seqlens.back());
   bool failed = false;
   for (const LayoutResult& r : results) {
     if (!r.error.empty()) {
-      std::printf("%-6s %-17s error: %s\n", r.name.c_str(),
-                  r.query_mode.c_str(), r.error.c_str());
+      std::printf("%-6s %-17s %4d error: %s\n", r.name.c_str(),
+                  r.query_mode.c_str(), r.pool_factor, r.error.c_str());
     } else {
-      std::printf("%-6s %-17s %12.4f %11.3f %11.2f %6lld %6lld %8.1f %9.1f\n",
-                  r.name.c_str(), r.query_mode.c_str(), r.mean_overlap,
-                  r.same_first, r.worst_overlap,
-                  static_cast<long long>(r.near_intruders),
-                  static_cast<long long>(r.far_intruders), r.build_seconds,
-                  r.search_seconds);
+      std::printf(
+          "%-6s %-17s %4d %7.3f %12.4f %11.3f %11.2f %6lld %6lld %8.1f "
+          "%9.1f\n",
+          r.name.c_str(), r.query_mode.c_str(), r.pool_factor,
+          r.stored_tokens / all_tokens, r.mean_overlap, r.same_first,
+          r.worst_overlap, static_cast<long long>(r.near_intruders),
+          static_cast<long long>(r.far_intruders), r.build_seconds,
+          r.search_seconds);
     }
     if (min_int8 > 0 && r.is_int8 &&
         (!r.error.empty() || r.mean_overlap < min_int8)) {
@@ -691,10 +744,10 @@ int Run() {
   for (const LayoutResult& r : results) {
     if (r.plaid_centroids > 0 && r.query_mode == "exhaustive") {
       std::printf(
-          "%s codec: %lld centroids; trained and compressed in %.1f s "
-          "(k-means %s)\n",
-          r.name.c_str(), static_cast<long long>(r.plaid_centroids),
-          r.build_seconds,
+          "%s codec (pool factor %d): %lld centroids; trained and "
+          "compressed in %.1f s (k-means %s)\n",
+          r.name.c_str(), r.pool_factor,
+          static_cast<long long>(r.plaid_centroids), r.build_seconds,
           trainer.assign ? "assignments on the GPU" : "on the host");
     }
   }
@@ -706,7 +759,8 @@ int Run() {
     std::string j = absl::StrFormat(
         "{\n  \"backend\": %s,\n  \"docs\": %d,\n  \"tokens\": %d,\n"
         "  \"min_tokens\": %d,\n  \"max_tokens\": %d,\n  \"dim\": %d,\n"
-        "  \"clusters\": %d,\n  \"noise\": %g,\n  \"queries\": %d,\n"
+        "  \"clusters\": %d,\n  \"noise\": %g,\n  \"repeat_fraction\": %g,\n"
+        "  \"repeat_noise\": %g,\n  \"queries\": %d,\n"
         "  \"query_tokens\": %d,\n  \"query_noise\": %g,\n  \"top_k\": %d,\n"
         "  \"seed\": %d,\n  \"threads\": %d,\n  \"generate_seconds\": %.3f,\n"
         "  \"exact_seconds\": %.3f,\n  \"exact_max_deviation_from_fp64\": "
@@ -715,14 +769,16 @@ int Run() {
         "  \"total_seconds\": %.3f,\n  \"plaid_trainer\": %s,\n"
         "  \"layouts\": [\n",
         JsonString((*backend)->name()), num_docs, corpus.cu_seqlens.back(),
-        min_tokens, max_tokens, dim, clusters, noise, num_queries, query_tokens,
-        query_noise, k, seed, pool.size(), generate_seconds, exact_seconds,
-        oracle_dev, JsonNumber(median_gap), JsonNumber(median_rel_gap),
-        total_seconds, JsonString(trainer_text));
+        min_tokens, max_tokens, dim, clusters, noise, repeat_fraction,
+        repeat_noise, num_queries, query_tokens, query_noise, k, seed,
+        pool.size(), generate_seconds, exact_seconds, oracle_dev,
+        JsonNumber(median_gap), JsonNumber(median_rel_gap), total_seconds,
+        JsonString(trainer_text));
     for (size_t i = 0; i < results.size(); ++i) {
       const LayoutResult& r = results[i];
       absl::StrAppend(&j, "    {\"layout\": ", JsonString(r.name),
-                      ", \"queries\": ", JsonString(r.query_mode), ", ");
+                      ", \"queries\": ", JsonString(r.query_mode),
+                      ", \"pool_factor\": ", r.pool_factor, ", ");
       if (!r.error.empty()) {
         absl::StrAppend(&j, "\"error\": ", JsonString(r.error));
       } else {
@@ -735,6 +791,7 @@ int Run() {
                             r.mean_overlap, r.same_first, r.worst_overlap,
                             r.near_intruders, r.far_intruders, r.build_seconds,
                             r.search_seconds));
+        absl::StrAppend(&j, ", \"stored_tokens\": ", r.stored_tokens);
         if (r.plaid_centroids > 0) {
           absl::StrAppend(&j, ", \"plaid_centroids\": ", r.plaid_centroids);
         }

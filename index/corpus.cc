@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/plaid_train.h"
 #include "index/storage.h"
+#include "index/token_pooling.h"
 #include "kernels/base/status_macros.h"
 #include "kernels/element.h"
 #include "kernels/plaid_bits.h"
@@ -88,6 +89,11 @@ absl::Status ValidateCorpusConfig(const CorpusConfig& config,
   if (config.dim < 1 || config.dim > limits.max_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dim is ", config.dim, ", must be in [1, ", limits.max_dim, "]"));
+  }
+  if (config.pool_factor < 1 || config.pool_factor > kMaxTokenPoolFactor) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool_factor is ", config.pool_factor, ", must be in [1, ",
+                     kMaxTokenPoolFactor, "]"));
   }
   switch (config.layout) {
     case Layout::kDense:
@@ -292,8 +298,8 @@ DType BuilderDType(const CorpusConfig& config) {
 }  // namespace
 
 DocumentBuilder::DocumentBuilder(const CorpusConfig& config,
-                                 const CorpusLimits& limits)
-    : config_(config), limits_(limits) {
+                                 const CorpusLimits& limits, ThreadPool* pool)
+    : config_(config), limits_(limits), pool_(pool) {
   data_.dim = config.dim;
   data_.dtype = BuilderDType(config);
   data_.cu_seqlens.assign(1, 0);
@@ -316,6 +322,13 @@ absl::Status DocumentBuilder::CheckDocs(
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": token_counts[", i, "] is ", n,
                        ", must be in [1, ", limits_.max_doc_tokens, "]"));
+    }
+    if (config_.pool_factor > 1 && n > kMaxPooledDocumentTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": token_counts[", i, "] is ", n, "; corpus \"", config_.name,
+          "\" pools tokens (pool_factor ", config_.pool_factor,
+          "), which takes documents of at most ", kMaxPooledDocumentTokens,
+          " tokens"));
     }
     total += n;
     const std::string& id = ids[i];
@@ -353,6 +366,13 @@ absl::Status DocumentBuilder::AddPlaid(const std::vector<std::string>& ids,
                                        const uint8_t* residuals,
                                        int64_t num_rows,
                                        absl::string_view where) {
+  if (config_.pool_factor > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": corpus \"", config_.name, "\" pools tokens (pool_factor ",
+        config_.pool_factor,
+        "), and an imported PLAID index's documents come compressed; import "
+        "their dense tokens, or use a corpus with pool_factor 1"));
+  }
   if (config_.layout != Layout::kPlaid) {
     return absl::InvalidArgumentError(
         absl::StrCat(where,
@@ -402,6 +422,57 @@ absl::Status DocumentBuilder::AddPlaid(const std::vector<std::string>& ids,
   return absl::OkStatus();
 }
 
+absl::Status DocumentBuilder::ReadRow(const void* tokens, DType dtype,
+                                      int64_t r, absl::string_view where,
+                                      float* row) const {
+  const int32_t dim = config_.dim;
+  ConvertToFloat(tokens, dtype, r * dim, dim, row);
+  double norm2 = 0.0;
+  for (int32_t j = 0; j < dim; ++j) {
+    if (!std::isfinite(row[j])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tokens row ", r, " column ", j, " is ", row[j],
+                       "; values must be finite"));
+    }
+    norm2 += static_cast<double>(row[j]) * row[j];
+  }
+  if (config_.normalize && norm2 > 0.0) ScaleToUnitNorm(row, dim, norm2);
+  // Int8 rows have no range limit: their scale is fp32. A pooled row, a
+  // mean of rows in range (normalised again when they were), stays in it.
+  const float max_finite = data_.dtype == DType::kFloat16 ? 65504.f
+                           : data_.dtype == DType::kInt8  ? FLT_MAX
+                                                          : 3.38e38f;
+  for (int32_t j = 0; j < dim; ++j) {
+    if (std::fabs(row[j]) > max_finite) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": tokens row ", r, " column ", j, " is ", row[j],
+                       ", outside the range of the corpus's ",
+                       DTypeName(data_.dtype), " storage"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DocumentBuilder::StoreRows(const float* rows, int64_t n) {
+  const int32_t dim = config_.dim;
+  const bool int8 = data_.dtype == DType::kInt8;
+  const size_t out_row = static_cast<size_t>(dim) * DTypeSize(data_.dtype);
+  const size_t old_size = data_.tokens.size();
+  const size_t old_rows = data_.scales.size();
+  data_.tokens.resize(old_size + static_cast<size_t>(n) * out_row);
+  if (int8) data_.scales.resize(old_rows + static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = rows + r * dim;
+    char* out = data_.tokens.data() + old_size + r * out_row;
+    if (int8) {
+      data_.scales[old_rows + r] =
+          QuantizeInt8Row(row, dim, reinterpret_cast<int8_t*>(out));
+    } else {
+      ConvertFromFloat(row, dim, data_.dtype, out);
+    }
+  }
+}
+
 absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
                                   const std::vector<int32_t>& token_counts,
                                   const void* tokens, int64_t num_rows,
@@ -411,56 +482,60 @@ absl::Status DocumentBuilder::Add(const std::vector<std::string>& ids,
         where, ": the stream already holds compressed PLAID documents"));
   }
   MAXSIMD_RETURN_IF_ERROR(CheckDocs(ids, token_counts, num_rows, where));
-  // Convert into a scratch area first so a bad value leaves nothing behind.
-  const int32_t dim = config_.dim;
-  const bool int8 = data_.dtype == DType::kInt8;
-  const size_t out_row = static_cast<size_t>(dim) * DTypeSize(data_.dtype);
+  if (config_.pool_factor > 1) {
+    return AddPooled(ids, token_counts, tokens, num_rows, dtype, where);
+  }
+  // Every row is read and checked before any is stored, in chunks, so that
+  // a bad value leaves nothing behind.
   const size_t old_size = data_.tokens.size();
   const size_t old_rows = data_.scales.size();
-  data_.tokens.resize(old_size + static_cast<size_t>(num_rows) * out_row);
-  if (int8) data_.scales.resize(old_rows + static_cast<size_t>(num_rows));
-  auto undo = [&] {
-    data_.tokens.resize(old_size);
-    data_.scales.resize(old_rows);
-  };
-  std::vector<float> row(static_cast<size_t>(dim));
-  // Int8 rows have no range limit: their scale is fp32.
-  const float max_finite = data_.dtype == DType::kFloat16 ? 65504.f
-                           : int8                         ? FLT_MAX
-                                                          : 3.38e38f;
-  for (int64_t r = 0; r < num_rows; ++r) {
-    ConvertToFloat(tokens, dtype, r * dim, dim, row.data());
-    double norm2 = 0.0;
-    for (int32_t j = 0; j < dim; ++j) {
-      if (!std::isfinite(row[j])) {
-        undo();
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
-                         row[j], "; values must be finite"));
-      }
-      norm2 += static_cast<double>(row[j]) * row[j];
-    }
-    if (config_.normalize && norm2 > 0.0) {
-      ScaleToUnitNorm(row.data(), dim, norm2);
-    }
-    for (int32_t j = 0; j < dim; ++j) {
-      if (std::fabs(row[j]) > max_finite) {
-        undo();
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": tokens row ", r, " column ", j, " is ",
-                         row[j], ", outside the range of the corpus's ",
-                         DTypeName(data_.dtype), " storage"));
+  constexpr int64_t kChunk = 256;
+  std::vector<float> rows(static_cast<size_t>(kChunk) * config_.dim);
+  for (int64_t first = 0; first < num_rows; first += kChunk) {
+    const int64_t n = std::min(kChunk, num_rows - first);
+    for (int64_t r = 0; r < n; ++r) {
+      const absl::Status st = ReadRow(tokens, dtype, first + r, where,
+                                      rows.data() + r * config_.dim);
+      if (!st.ok()) {
+        data_.tokens.resize(old_size);
+        data_.scales.resize(old_rows);
+        return st;
       }
     }
-    char* out = data_.tokens.data() + old_size + r * out_row;
-    if (int8) {
-      data_.scales[old_rows + r] =
-          QuantizeInt8Row(row.data(), dim, reinterpret_cast<int8_t*>(out));
-    } else {
-      ConvertFromFloat(row.data(), dim, data_.dtype, out);
-    }
+    StoreRows(rows.data(), n);
   }
   CommitDocs(ids, token_counts);
+  return absl::OkStatus();
+}
+
+absl::Status DocumentBuilder::AddPooled(
+    const std::vector<std::string>& ids,
+    const std::vector<int32_t>& token_counts, const void* tokens,
+    int64_t num_rows, DType dtype, absl::string_view where) {
+  const int32_t dim = config_.dim;
+  std::vector<float> rows(static_cast<size_t>(num_rows) * dim);
+  for (int64_t r = 0; r < num_rows; ++r) {
+    MAXSIMD_RETURN_IF_ERROR(
+        ReadRow(tokens, dtype, r, where, rows.data() + r * dim));
+  }
+  std::vector<int64_t> cu(token_counts.size() + 1, 0);
+  for (size_t i = 0; i < token_counts.size(); ++i) {
+    cu[i + 1] = cu[i] + token_counts[i];
+  }
+  std::vector<float> pooled;
+  std::vector<int64_t> pooled_cu;
+  const absl::Status st =
+      PoolTokenBatch(rows, cu, dim, {config_.pool_factor, config_.normalize},
+                     pool_, &pooled, &pooled_cu);
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(where, ": ", st.message()));
+  }
+  std::vector<int32_t> pooled_counts(token_counts.size());
+  for (size_t i = 0; i < token_counts.size(); ++i) {
+    pooled_counts[i] = static_cast<int32_t>(pooled_cu[i + 1] - pooled_cu[i]);
+  }
+  StoreRows(pooled.data(), pooled_cu.back());
+  CommitDocs(ids, pooled_counts);
   return absl::OkStatus();
 }
 

@@ -33,6 +33,8 @@
 
 namespace maxsimd {
 
+class ThreadPool;
+
 // Storage layouts. Values are part of the manifest format (index/FORMAT.md).
 // kDense stores float16 or bfloat16 tokens; kInt8 stores int8 codes with
 // one fp32 scale per token (kernels/quantize.h); kPlaid stores a centroid id,
@@ -58,6 +60,14 @@ struct CorpusConfig {
   // it on a GPU (index/plaid_train.h, PlaidTrainOptionsFor). A codec that
   // comes with imported documents must have this many, when set.
   int64_t plaid_centroids = 0;
+  // Token pooling at ingest (index/token_pooling.h): every added document's
+  // n tokens are clustered into ceil(n / pool_factor) groups, each stored
+  // as its mean (of the normalised tokens, and normalised again, when
+  // `normalize` is set). 1 stores every token; at most kMaxTokenPoolFactor.
+  // With pool_factor > 1 a document has at most kMaxPooledDocumentTokens
+  // tokens, and DocumentBuilder::AddPlaid refuses documents that come
+  // compressed.
+  int32_t pool_factor = 1;
 };
 
 // Bytes one stored token row of `config` takes: dim elements of its storage
@@ -165,14 +175,18 @@ class CorpusSnapshot {
 // training the codec on them when the corpus has none yet).
 class DocumentBuilder {
  public:
-  DocumentBuilder(const CorpusConfig& config, const CorpusLimits& limits);
+  // `pool`, when not null, pools documents in parallel (pool_factor > 1);
+  // it must outlive the builder.
+  DocumentBuilder(const CorpusConfig& config, const CorpusLimits& limits,
+                  ThreadPool* pool = nullptr);
 
   // Adds documents: ids[i] has token_counts[i] rows of `tokens`
-  // ([sum(token_counts), dim] of `dtype`, little-endian). `where` prefixes
-  // error messages (e.g. "AddDocuments message 3"). Errors, all
-  // INVALID_ARGUMENT and leaving the builder unchanged: mismatched counts,
-  // bad lengths, empty or over-long ids, an id repeated in the stream,
-  // NaN/Inf values.
+  // ([sum(token_counts), dim] of `dtype`, little-endian), pooled to fewer
+  // rows when the corpus's pool_factor is above 1. `where` prefixes error
+  // messages (e.g. "AddDocuments message 3"). Errors, all INVALID_ARGUMENT
+  // and leaving the builder unchanged: mismatched counts, bad lengths, empty
+  // or over-long ids, an id repeated in the stream, NaN/Inf values, values
+  // outside the storage's range, a document too long to pool.
   absl::Status Add(const std::vector<std::string>& ids,
                    const std::vector<int32_t>& token_counts, const void* tokens,
                    int64_t num_rows, DType dtype, absl::string_view where);
@@ -204,9 +218,22 @@ class DocumentBuilder {
                          int64_t num_rows, absl::string_view where);
   void CommitDocs(const std::vector<std::string>& ids,
                   const std::vector<int32_t>& token_counts);
+  // Row r of `tokens` as fp32 in `row` [dim]: finite, normalised when the
+  // corpus normalises, within the storage dtype's range.
+  absl::Status ReadRow(const void* tokens, DType dtype, int64_t r,
+                       absl::string_view where, float* row) const;
+  // Appends `rows` [n, dim] of fp32 rows read by ReadRow in the builder's
+  // dtype (int8 rows with their scales).
+  void StoreRows(const float* rows, int64_t n);
+  // Add for a corpus with pool_factor > 1.
+  absl::Status AddPooled(const std::vector<std::string>& ids,
+                         const std::vector<int32_t>& token_counts,
+                         const void* tokens, int64_t num_rows, DType dtype,
+                         absl::string_view where);
 
   CorpusConfig config_;
   CorpusLimits limits_;
+  ThreadPool* pool_;
   SegmentData data_;
   absl::flat_hash_set<std::string> seen_ids_;
   std::optional<PlaidCodec> codec_;  // AddPlaid's

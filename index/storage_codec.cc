@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "index/token_pooling.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd {
@@ -178,6 +179,7 @@ class Cursor {
     at_ += n;
     return s;
   }
+  bool AtEnd() const { return at_ == bytes_.size(); }
   absl::Status ExpectEnd() {
     return at_ == bytes_.size() ? absl::OkStatus()
                                 : Malformed("has bytes past its fields");
@@ -613,6 +615,11 @@ std::string EncodeManifest(const Manifest& m) {
     Put<int64_t>(&conf, m.config.plaid_centroids);
     PutString(&conf, m.codec_file);
   }
+  // Only a pooling corpus has the field, so that other manifests are what
+  // builds before token pooling wrote, and those builds refuse this one
+  // (its `conf` has bytes past their fields) instead of adding unpooled
+  // documents to it.
+  if (m.config.pool_factor != 1) Put<int32_t>(&conf, m.config.pool_factor);
   f.Block(Tag("conf"), conf);
   std::string next;
   Put<uint64_t>(&next, m.next_file);
@@ -656,6 +663,15 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes,
   if (layout == 2) {  // plaid
     MAXSIMD_ASSIGN_OR_RETURN(m.config.plaid_centroids, conf.Get<int64_t>());
     MAXSIMD_ASSIGN_OR_RETURN(m.codec_file, conf.GetString());
+  }
+  if (!conf.AtEnd()) {
+    MAXSIMD_ASSIGN_OR_RETURN(m.config.pool_factor, conf.Get<int32_t>());
+    if (m.config.pool_factor < 2 ||
+        m.config.pool_factor > kMaxTokenPoolFactor) {
+      return conf.Malformed(
+          absl::StrCat("has pool_factor ", m.config.pool_factor,
+                       "; it must be in [2, ", kMaxTokenPoolFactor, "]"));
+    }
   }
   MAXSIMD_RETURN_IF_ERROR(conf.ExpectEnd());
   if (layout > 2 || placement > 2 || normalize > 1 || quantize_queries > 1 ||

@@ -130,6 +130,17 @@ SyntheticCorpus GenerateSyntheticCorpus(const SyntheticCorpusOptions& options) {
       NoisyUnit(&centroids[static_cast<size_t>(cluster) * dim], dim,
                 options.noise, rng, &corpus.tokens[first + t * dim]);
     }
+    if (options.repeat_fraction > 0.f) {
+      Rng repeat(Mix(options.seed ^
+                     Mix(static_cast<uint64_t>(d) ^ 0x7265706561747321ull)));
+      for (int64_t t = 1; t < len; ++t) {
+        if (repeat.Unit() > options.repeat_fraction) continue;
+        const int64_t source = static_cast<int64_t>(repeat.Below(t));
+        NoisyUnit(&corpus.tokens[first + source * dim], dim,
+                  options.repeat_noise, repeat,
+                  &corpus.tokens[first + t * dim]);
+      }
+    }
     corpus.cu_seqlens.push_back(corpus.cu_seqlens.back() + len);
     corpus.ids.push_back(absl::StrCat(options.id_prefix, d));
   }

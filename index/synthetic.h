@@ -30,6 +30,16 @@ struct SyntheticCorpusOptions {
   float noise = 0.35f;
   uint64_t seed = 1;
   std::string id_prefix = "doc-";  // ids are id_prefix + decimal index
+  // Near-duplicate tokens, as real documents have (a word repeated, the
+  // pieces of one word, punctuation): each token after a document's first
+  // is, with this probability, replaced by a copy of a random earlier token
+  // of the same document (itself perhaps such a copy) plus noise of
+  // `repeat_noise` (the units of `noise`; cosine about 0.99 with its source
+  // at 0.1). Drawn from a stream of its own, so that with 0 (the default)
+  // the corpus is the one earlier builds generated, and with more the
+  // other tokens stay as they were. In [0, 1].
+  float repeat_fraction = 0.f;
+  float repeat_noise = 0.1f;
 };
 
 struct SyntheticCorpus {

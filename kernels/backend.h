@@ -242,6 +242,12 @@ class Backend {
     return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   }
 
+  // Whether an int8 corpus of width `dim` should quantise its queries when
+  // its creator leaves the choice to the server: where this backend scores
+  // quantised queries faster than float16 ones (both are as faithful to the
+  // exact ranking: bench/NOTES.md).
+  virtual bool PrefersQuantizedQueries(int32_t /*dim*/) const { return false; }
+
   // Whether Search() streams host-placed segments (SegmentRef::streamed)
   // of `dtype`. The index places such a corpus on the host only where this
   // holds: placement host is refused at creation, and placement auto keeps

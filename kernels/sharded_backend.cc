@@ -147,6 +147,12 @@ bool ShardedBackend::StreamsDType(DType dtype) const {
                      [dtype](const auto& s) { return s->StreamsDType(dtype); });
 }
 
+bool ShardedBackend::PrefersQuantizedQueries(int32_t dim) const {
+  return std::all_of(shards_.begin(), shards_.end(), [dim](const auto& s) {
+    return s->PrefersQuantizedQueries(dim);
+  });
+}
+
 bool ShardedBackend::SupportsDType(DType dtype, int32_t dim) const {
   return std::all_of(
       shards_.begin(), shards_.end(),

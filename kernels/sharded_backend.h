@@ -55,6 +55,8 @@ class ShardedBackend final : public Backend {
   // True when every shard scores `dtype`.
   bool SupportsDType(DType dtype, int32_t dim) const override;
   bool StreamsDType(DType dtype) const override;
+  // Where every shard prefers them.
+  bool PrefersQuantizedQueries(int32_t dim) const override;
   int num_shards() const override;
   Backend* shard(int i) override;
   // One entry per device: shards on one GPU add up their corpus and

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "index/importers.h"
 #include "index/plaid.h"
+#include "index/token_pooling.h"
 #include "kernels/base/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/logging.h"
@@ -105,7 +106,35 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
     MAXSIMD_ASSIGN_OR_RETURN(c.storage_dtype,
                              DecodeDType(r.storage_dtype(), "storage_dtype"));
   }
-  c.quantize_queries = r.quantize_queries();
+  // QUERY_QUANTIZATION_UNSPECIFIED: the backend's preference, which
+  // CreateCorpus fills in.
+  const bool mode_set =
+      r.query_quantization() != v1::QUERY_QUANTIZATION_UNSPECIFIED;
+  if (mode_set && c.layout != Layout::kInt8) {
+    return absl::InvalidArgumentError(
+        "query_quantization is set; it is only valid with LAYOUT_INT8");
+  }
+  if (r.query_quantization() != v1::QUERY_QUANTIZATION_UNSPECIFIED &&
+      r.query_quantization() != v1::QUERY_QUANTIZATION_FLOAT16 &&
+      r.query_quantization() != v1::QUERY_QUANTIZATION_INT8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query_quantization is ", r.query_quantization(),
+                     ", not a known QueryQuantization"));
+  }
+  if (r.quantize_queries() &&
+      r.query_quantization() == v1::QUERY_QUANTIZATION_FLOAT16) {
+    return absl::InvalidArgumentError(
+        "quantize_queries is set with query_quantization "
+        "QUERY_QUANTIZATION_FLOAT16; set one of them");
+  }
+  c.quantize_queries = r.quantize_queries() ||
+                       r.query_quantization() == v1::QUERY_QUANTIZATION_INT8;
+  if (r.pool_factor() < 0 || r.pool_factor() > kMaxTokenPoolFactor) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool_factor is ", r.pool_factor(), ", must be in [0, ",
+                     kMaxTokenPoolFactor, "] (0 and 1 keep every token)"));
+  }
+  c.pool_factor = std::max(1, r.pool_factor());
   return c;
 }
 
@@ -258,7 +287,8 @@ class AddReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       MAXSIMD_ASSIGN_OR_RETURN(corpus_,
                                service_->corpora()->Get(request_.corpus()));
       corpus_name_ = request_.corpus();
-      builder_.emplace(corpus_->config(), corpus_->limits());
+      builder_.emplace(corpus_->config(), corpus_->limits(),
+                       service_->IngestPool(corpus_->config()));
     } else if (!request_.corpus().empty() &&
                request_.corpus() != corpus_name_ &&
                request_.corpus() != corpus_->config().name) {
@@ -369,6 +399,7 @@ void DescribeCorpus(const Corpus& corpus, const std::string& resident_on,
   info->set_bytes(snap->bytes());
   info->set_streamed_bytes(snap->streamed_bytes());
   info->set_quantize_queries(c.quantize_queries);
+  info->set_pool_factor(c.pool_factor);
   if (c.layout == Layout::kPlaid) {
     info->set_plaid_nbits(PlaidNbits(c.storage_dtype));
     info->set_plaid_centroids(snap->codec() != nullptr
@@ -453,6 +484,11 @@ grpc::ServerUnaryReactor* AdminService::CreateCorpus(
   if (Refused(ctx, reactor, "CreateCorpus", arrival)) return reactor;
   absl::Status status = [&]() -> absl::Status {
     MAXSIMD_ASSIGN_OR_RETURN(CorpusConfig config, ConfigFromRequest(*request));
+    if (config.layout == Layout::kInt8 && !request->quantize_queries() &&
+        request->query_quantization() == v1::QUERY_QUANTIZATION_UNSPECIFIED) {
+      config.quantize_queries =
+          corpora_->backend()->PrefersQuantizedQueries(config.dim);
+    }
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
                              corpora_->Create(config));
     DescribeCorpus(*corpus, corpora_->backend()->name(), response);
@@ -790,8 +826,11 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
     files.max_token_values =
         limits_.max_stream_bytes / row_bytes * dim +
         limits_.max_stream_bytes % row_bytes * dim / row_bytes;
-    if (!files.plaid_dir.empty() && corpus->config().layout == Layout::kPlaid) {
+    if (!files.plaid_dir.empty() && corpus->config().layout == Layout::kPlaid &&
+        corpus->config().pool_factor == 1) {
       // A PLAID index into a PLAID corpus: kept compressed, with its codec.
+      // (A pooling corpus takes its decoded tokens, below, and compresses
+      // the pooled rows with its own codec.)
       PlaidOptions options;
       options.ids = files.ids;
       options.max_token_values = files.max_token_values;
@@ -828,7 +867,8 @@ grpc::ServerUnaryReactor* AdminService::ImportDocuments(
           source, ": the file holds dim ", docs.dim, "; corpus \"",
           corpus->config().name, "\" has dim ", corpus->config().dim));
     }
-    DocumentBuilder builder(corpus->config(), corpus->limits());
+    DocumentBuilder builder(corpus->config(), corpus->limits(),
+                            IngestPool(corpus->config()));
     MAXSIMD_RETURN_IF_ERROR(builder.Add(
         docs.ids, TokenCounts(docs.cu_seqlens), docs.tokens.data(),
         docs.cu_seqlens.back(), DType::kFloat32, "ImportDocuments"));

@@ -38,6 +38,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "index/registry.h"
+#include "kernels/base/thread_pool.h"
 #include "maxsimd/v1/admin.grpc.pb.h"
 #include "server/auth.h"
 #include "server/health_service.h"
@@ -142,6 +143,11 @@ class AdminService final : public v1::Admin::WithRawCallbackMethod_AddDocuments<
   // Ends the streams idle past limits_.write_idle_timeout; runs on
   // idle_thread_ until stop_.
   void EndIdleStreams();
+  // The threads that pool a corpus's documents at ingest (started by the
+  // first corpus with pool_factor > 1); null for a corpus without pooling.
+  ThreadPool* IngestPool(const CorpusConfig& config) {
+    return config.pool_factor > 1 ? ingest_pool_.Get() : nullptr;
+  }
 
   CorpusRegistry* const corpora_;
   const AdminLimits limits_;
@@ -156,6 +162,8 @@ class AdminService final : public v1::Admin::WithRawCallbackMethod_AddDocuments<
   std::set<AddReactor*> streams_ ABSL_GUARDED_BY(streams_mu_);
   absl::Notification stop_;
   std::thread idle_thread_;
+  // One loop at a time: concurrent streams' pooling takes turns.
+  LazyThreadPool ingest_pool_;
 };
 
 // The absolute path of a request's `path` under `root`: INVALID_ARGUMENT

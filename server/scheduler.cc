@@ -530,14 +530,6 @@ void Scheduler::EndRunningScan(absl::Time expected_end,
   if (options_.max_running_scans > 0) BumpGenerationLocked();
 }
 
-ThreadPool* Scheduler::PlaidPool() {
-  absl::call_once(plaid_pool_once_, [this] {
-    plaid_pool_ = std::make_unique<ThreadPool>(
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  });
-  return plaid_pool_.get();
-}
-
 void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
                                         std::vector<Entry>* live) {
   std::vector<PlaidQuery> queries;
@@ -553,7 +545,7 @@ void Scheduler::GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
   PlaidBatchStats stats;
   PlaidProduct product;
   product.backend = backend_;
-  product.host_pool = [this] { return PlaidPool(); };
+  product.host_pool = [this] { return plaid_pool_.Get(); };
   absl::StatusOr<std::vector<std::vector<DocRef>>> found =
       PlaidCandidatesBatch(snapshot, queries, product, &stats);
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - begin);

@@ -99,7 +99,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/base/call_once.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -311,8 +310,6 @@ class Scheduler {
   // error and removes them from *live. Called without mu_.
   void GeneratePlaidCandidates(const CorpusSnapshot& snapshot,
                                std::vector<Entry>* live);
-  // The host threads of PLAID centroid products, started on first use.
-  ThreadPool* PlaidPool();
   void RunBatch(Batch batch, absl::Time start);
 
   Backend* const backend_;
@@ -320,9 +317,7 @@ class Scheduler {
   // thread): the centroid product where the backend does not score
   // centroids, and the probing and pruning of a batch's queries. Started by
   // the first PLAID batch; one loop at a time, whichever executor asks.
-  // Written once, under plaid_pool_once_.
-  absl::once_flag plaid_pool_once_;
-  std::unique_ptr<ThreadPool> plaid_pool_;
+  LazyThreadPool plaid_pool_;
   const SchedulerOptions options_;
   Metrics* const metrics_;
   const Clock* const clock_;

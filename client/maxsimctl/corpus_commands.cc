@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "client/maxsimctl/output.h"
+#include "index/token_pooling.h"
 #include "kernels/base/status_macros.h"
 
 namespace maxsimd::ctl {
@@ -46,7 +47,12 @@ absl::StatusOr<v1::CreateCorpusRequest> CreateRequestOf(const Flags& f) {
                        "stores int8 codes with per-token scales"));
     }
     request.set_storage_dtype(v1::DTYPE_INT8);
-    request.set_quantize_queries(f.Bool("quantize-queries"));
+    // Unset: the server's choice.
+    if (f.Has("quantize-queries")) {
+      request.set_query_quantization(f.Bool("quantize-queries")
+                                         ? v1::QUERY_QUANTIZATION_INT8
+                                         : v1::QUERY_QUANTIZATION_FLOAT16);
+    }
   } else if (layout == "plaid") {
     request.set_layout(v1::LAYOUT_PLAID);
     if (!dtype.empty() || f.Bool("quantize-queries")) {
@@ -74,6 +80,9 @@ absl::StatusOr<v1::CreateCorpusRequest> CreateRequestOf(const Flags& f) {
         "--placement must be auto, gpu or host, got '", placement, "'"));
   }
   request.set_normalize(f.Bool("normalize"));
+  MAXSIMD_ASSIGN_OR_RETURN(int64_t pool_factor,
+                           ParseInt(f, "pool-factor", 1, kMaxTokenPoolFactor));
+  request.set_pool_factor(static_cast<int32_t>(pool_factor));
   return request;
 }
 

@@ -44,11 +44,16 @@ std::vector<FlagDef> CreateFlags() {
        "storage element type of a dense corpus (default float16)", nullptr,
        false},
       {"quantize-queries", nullptr,
-       "int8 corpora: quantise query tokens too (int8 x int8 scoring) "
-       "instead of rounding them to float16",
+       "int8 corpora: quantise query tokens too (int8 x int8 scoring), or "
+       "with =false round them to float16; unset: the server's choice "
+       "(quantised where it scores them faster)",
        nullptr, false},
       {"normalize", nullptr, "L2-normalise document and query tokens", nullptr,
        false},
+      {"pool-factor", "F",
+       "token pooling at ingest: each document's n tokens are clustered "
+       "into ceil(n / F) means (1 keeps every token)",
+       "1", false},
       {"placement", "auto|gpu|host", "where the tokens live", "auto", false}};
 }
 

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/synchronization/mutex.h"
 
 namespace maxsimd {
@@ -50,6 +52,27 @@ class ThreadPool {
   int64_t n_ = 0;
   int64_t grain_ = 1;
   std::atomic<int64_t> next_{0};
+};
+
+// A ThreadPool started on first use, for work that may never come (its
+// threads are not started until then).
+//
+// Thread-safety: Get may be called from several threads at once.
+class LazyThreadPool {
+ public:
+  // num_threads as ThreadPool's (<= 0: one per hardware thread).
+  explicit LazyThreadPool(int num_threads = 0) : num_threads_(num_threads) {}
+
+  ThreadPool* Get() {
+    absl::call_once(
+        once_, [this] { pool_ = std::make_unique<ThreadPool>(num_threads_); });
+    return pool_.get();
+  }
+
+ private:
+  const int num_threads_;
+  absl::once_flag once_;
+  std::unique_ptr<ThreadPool> pool_;  // written once, under once_
 };
 
 }  // namespace maxsimd

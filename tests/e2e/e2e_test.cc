@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "index/npy.h"
 #include "index/safetensors.h"
+#include "index/token_pooling.h"
 #include "kernels/base/half.h"
 #include "kernels/element.h"
 #include "kernels/gpu_backend.h"
@@ -336,8 +337,11 @@ TEST_F(E2eTest, Int8CorporaThroughMaxsimctlMatchTheReference) {
     SCOPED_TRACE(::testing::Message() << "quantize_queries " << quantize);
     const std::string name = quantize ? "q8q" : "q8";
     std::tie(rc, out) = RunCommand(
-        Ctl(absl::StrCat("create --name ", name, " --dim 64 --layout int8",
-                         quantize ? " --quantize-queries" : "")));
+        // At dim 64 no backend prefers quantised queries: the default is
+        // float16 ones, and =false says so explicitly.
+        Ctl(absl::StrCat(
+            "create --name ", name, " --dim 64 --layout int8",
+            quantize ? " --quantize-queries" : " --quantize-queries=false")));
     ASSERT_EQ(rc, 0) << out;
     std::tie(rc, out) = RunCommand(Ctl(absl::StrCat(
         "add --corpus ", name, " --tokens ", d, "/tokens.npy --cu-seqlens ", d,
@@ -516,6 +520,129 @@ TEST_F(E2eTest, MaxsimctlImportsSafetensors) {
       "import --corpus viaserver_st --safetensors ../x --ids ids.txt 2>&1");
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("INVALID_ARGUMENT"), std::string::npos) << out;
+}
+
+// A corpus created with --pool-factor 2 stores ceil(n / 2) rows per
+// document whether maxsimctl streams the documents or the server imports
+// the files, ranks as a reference over the pooled documents
+// (PoolTokenBatch, rounded to float16), and keeps its factor across a
+// restart: documents added after it are pooled too.
+TEST_F(E2eTest, PooledCorpusThroughAddImportAndRestart) {
+  const std::string d = dir_.string();
+  const std::string data = (dir_ / "data").string();
+  auto [rc, out] = RunCommand(Ctl(
+      absl::StrCat("generate --out ", d,
+                   " --docs 150 --dim 32 --min-tokens 1 "
+                   "--max-tokens 40 --queries 1 --query-tokens 8 --seed 7")));
+  ASSERT_EQ(rc, 0) << out;
+  NpyArray tokens_npy = ReadNpy(dir_ / "tokens.npy").value();
+  const std::vector<float> tokens = NpyToFloat32(tokens_npy, "tokens").value();
+  const std::vector<int64_t> cu =
+      NpyToInt64(ReadNpy(dir_ / "cu_seqlens.npy").value(), "cu").value();
+  std::vector<std::string> ids;
+  {
+    std::ifstream in(dir_ / "ids.txt");
+    for (std::string line; std::getline(in, line);) ids.push_back(line);
+  }
+  std::vector<float> pooled;
+  std::vector<int64_t> pooled_cu;
+  ASSERT_TRUE(
+      PoolTokenBatch(tokens, cu, 32, {2, false}, nullptr, &pooled, &pooled_cu)
+          .ok());
+  int64_t want_tokens = 0;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) {
+    want_tokens += (cu[i + 1] - cu[i] + 1) / 2;
+  }
+  ASSERT_EQ(pooled_cu.back(), want_tokens);
+  std::vector<uint16_t> pooled16(pooled.size());
+  ConvertFromFloat(pooled.data(), static_cast<int64_t>(pooled.size()),
+                   DType::kFloat16, pooled16.data());
+  SegmentView seg;
+  seg.tokens = pooled16.data();
+  seg.dtype = DType::kFloat16;
+  seg.cu_seqlens = pooled_cu.data();
+  seg.num_docs = static_cast<int64_t>(ids.size());
+  seg.num_tokens = pooled_cu.back();
+  seg.dim = 32;
+  NpyArray q = ReadNpy(dir_ / "query_0.npy").value();
+  const std::vector<float> query = NpyToFloat32(q, "query").value();
+  std::vector<std::pair<std::string, float>> reference;
+  for (int64_t i = 0; i < seg.num_docs; ++i) {
+    reference.emplace_back(
+        ids[i], static_cast<float>(ReferenceScore(
+                    query.data(), static_cast<int64_t>(query.size()) / 32, seg,
+                    i, false)));
+  }
+  std::stable_sort(
+      reference.begin(), reference.end(),
+      [](const auto& a, const auto& b) { return a.second > b.second; });
+  reference.resize(20);
+
+  auto info_has = [](const std::string& json, const std::string& field) {
+    return json.find(field) != std::string::npos;
+  };
+  const std::string query_args =
+      absl::StrCat(" --query ", d, "/query_0.npy --top-k 20");
+  {
+    auto server = ::maxsimd::testing::ServerProcess::Start(
+        {absl::StrCat("--data_dir=", data), absl::StrCat("--files_dir=", d)});
+    ASSERT_TRUE(server.ok()) << server.status();
+    const std::string ctl = CtlFor((*server)->target(), "");
+    for (const char* name : {"streamed", "imported"}) {
+      std::tie(rc, out) =
+          RunCommand(ctl + absl::StrCat("--json create --name ", name,
+                                        " --dim 32 "
+                                        "--pool-factor 2"));
+      ASSERT_EQ(rc, 0) << out;
+      EXPECT_TRUE(info_has(out, "\"pool_factor\":2")) << out;
+    }
+    std::tie(rc, out) =
+        RunCommand(ctl + absl::StrCat("add --corpus streamed --tokens ", d,
+                                      "/tokens.npy --cu-seqlens ", d,
+                                      "/cu_seqlens.npy --ids ", d,
+                                      "/ids.txt --chunk-mb 0.02"));
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) =
+        RunCommand(ctl +
+                   "import --corpus imported --tokens tokens.npy --cu-seqlens "
+                   "cu_seqlens.npy --ids ids.txt");
+    ASSERT_EQ(rc, 0) << out;
+    for (const char* name : {"streamed", "imported"}) {
+      auto info = (*server)->NewClient()->GetCorpus(name);
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->pool_factor(), 2) << name;
+      EXPECT_EQ(info->num_documents(), 150) << name;
+      EXPECT_EQ(info->num_tokens(), want_tokens) << name;
+      std::tie(rc, out) = RunCommand(
+          ctl + absl::StrCat("--json query --corpus ", name, query_args));
+      ASSERT_EQ(rc, 0) << out;
+      ExpectSame(ParseResults(out), reference);
+    }
+    EXPECT_EQ((*server)->TerminateAndWait(), 0);
+  }
+  auto server = ::maxsimd::testing::ServerProcess::Start(
+      {absl::StrCat("--data_dir=", data)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string ctl = CtlFor((*server)->target(), "");
+  auto client = (*server)->NewClient();
+  auto info = client->GetCorpus("streamed");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->pool_factor(), 2);
+  EXPECT_EQ(info->num_tokens(), want_tokens);
+  std::tie(rc, out) = RunCommand(
+      ctl + absl::StrCat("--json query --corpus streamed", query_args));
+  ASSERT_EQ(rc, 0) << out;
+  ExpectSame(ParseResults(out), reference);
+  // One more document of 5 tokens keeps 3.
+  DocumentBatch more;
+  more.dim = 32;
+  more.ids = {"late"};
+  more.cu_seqlens = {0, 5};
+  more.tokens.assign(tokens.begin(), tokens.begin() + 5 * 32);
+  ASSERT_TRUE(client->AddDocuments("streamed", more).ok());
+  info = client->GetCorpus("streamed");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens(), want_tokens + 3);
 }
 
 // A PLAID index (tests/data/plaid: the same 5 documents in ColBERT's and in

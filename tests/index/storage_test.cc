@@ -229,6 +229,45 @@ TEST_F(StorageTest, TombstoneFileAndManifestRoundTrip) {
   EXPECT_EQ(back->segments[1].shard, 2);
 }
 
+// A pooling corpus's manifest carries its pool_factor after the layout's
+// fields of `conf`; any other manifest is byte for byte what it was, and a
+// factor there outside [2, 1024] is DATA_LOSS.
+TEST_F(StorageTest, ManifestCarriesThePoolFactorOnlyWhenPooling) {
+  Manifest m;
+  m.config = config_;
+  m.next_file = 3;
+  const std::string plain = EncodeManifest(m);
+  for (Layout layout : {Layout::kDense, Layout::kInt8, Layout::kPlaid}) {
+    m.config.layout = layout;
+    m.config.storage_dtype = layout == Layout::kDense  ? DType::kFloat16
+                             : layout == Layout::kInt8 ? DType::kInt8
+                                                       : PlaidDType(2);
+    m.config.pool_factor = 1;
+    const std::string unpooled = EncodeManifest(m);
+    m.config.pool_factor = 3;
+    const std::string pooled = EncodeManifest(m);
+    EXPECT_EQ(pooled.size(), unpooled.size() + 4);
+    absl::StatusOr<Manifest> back = DecodeManifest(pooled, "MANIFEST");
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(back->config.pool_factor, 3);
+    EXPECT_EQ(back->config.layout, layout);
+    back = DecodeManifest(unpooled, "MANIFEST");
+    ASSERT_THAT(back, IsOk());
+    EXPECT_EQ(back->config.pool_factor, 1);
+    for (int32_t bad : {0, -2, 1025}) {  // written as given, refused read
+      m.config.pool_factor = bad;
+      EXPECT_THAT(DecodeManifest(EncodeManifest(m), "MANIFEST"),
+                  StatusIs(absl::StatusCode::kDataLoss,
+                           ::testing::AllOf(HasSubstr("'conf'"),
+                                            HasSubstr("pool_factor " +
+                                                      std::to_string(bad)))));
+    }
+  }
+  m.config = config_;
+  m.config.pool_factor = 1;
+  EXPECT_EQ(EncodeManifest(m), plain);
+}
+
 TEST_F(StorageTest, EveryFlippedByteIsDataLossNamingTheFile) {
   const std::string good = EncodeSegmentFile(Docs("d", 3));
   // Every byte of the file: a flip anywhere must be caught (by a magic,

@@ -129,6 +129,45 @@ TEST(SyntheticTest, TokensCluster) {
   EXPECT_LT(std::fabs(random_pair / n), 0.3);
 }
 
+// repeat_fraction replaces about that share of each document's later
+// tokens by near-duplicates (cosine above 0.97) of an earlier token of the
+// same document, and leaves every other token as the corpus without it.
+TEST(SyntheticTest, RepeatedTokensAreNearDuplicatesOfEarlierOnes) {
+  SyntheticCorpusOptions options = SmallOptions();
+  const SyntheticCorpus plain = GenerateSyntheticCorpus(options);
+  options.repeat_fraction = 0.5f;
+  const SyntheticCorpus repeated = GenerateSyntheticCorpus(options);
+  ASSERT_EQ(plain.cu_seqlens, repeated.cu_seqlens);
+  ASSERT_EQ(plain.tokens.size(), repeated.tokens.size());
+  const int32_t dim = plain.dim;
+  auto cosine = [&](const float* a, const float* b) {
+    double s = 0;
+    for (int32_t j = 0; j < dim; ++j) s += static_cast<double>(a[j]) * b[j];
+    return s / (Norm(a, dim) * Norm(b, dim));
+  };
+  int64_t later = 0, replaced = 0;
+  for (size_t d = 0; d + 1 < plain.cu_seqlens.size(); ++d) {
+    const int64_t begin = plain.cu_seqlens[d];
+    const int64_t end = plain.cu_seqlens[d + 1];
+    EXPECT_TRUE(std::equal(&plain.tokens[begin * dim],
+                           &plain.tokens[(begin + 1) * dim],
+                           &repeated.tokens[begin * dim]));
+    for (int64_t t = begin + 1; t < end; ++t) {
+      ++later;
+      const float* got = &repeated.tokens[t * dim];
+      EXPECT_NEAR(Norm(got, dim), 1.0, 1e-5);
+      if (std::equal(got, got + dim, &plain.tokens[t * dim])) continue;
+      ++replaced;
+      double best = -1;
+      for (int64_t u = begin; u < t; ++u) {
+        best = std::max(best, cosine(got, &repeated.tokens[u * dim]));
+      }
+      EXPECT_GT(best, 0.97) << "document " << d << " token " << t - begin;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(replaced) / later, 0.5, 0.03);
+}
+
 TEST(SyntheticTest, QueryRanksItsSourceDocumentFirst) {
   const SyntheticCorpus corpus = GenerateSyntheticCorpus(SmallOptions());
   const SegmentView view = ViewOf(corpus);

@@ -1210,6 +1210,44 @@ TEST_F(BadInputTest, CreateCorpus) {
                 r->set_layout(v1::LAYOUT_INT8);
                 r->set_plaid_centroids(16);
               })},
+      {rpc,
+       "query_quantization with LAYOUT_DENSE",
+       kInvalid,
+       {"query_quantization is set", "only valid with LAYOUT_INT8"},
+       create("n", 8,
+              [](auto* r) {
+                r->set_query_quantization(v1::QUERY_QUANTIZATION_FLOAT16);
+              })},
+      {rpc,
+       "LAYOUT_INT8, query_quantization 7",
+       kInvalid,
+       {"query_quantization is 7", "not a known QueryQuantization"},
+       create("n", 8,
+              [](auto* r) {
+                r->set_layout(v1::LAYOUT_INT8);
+                r->set_query_quantization(
+                    static_cast<v1::QueryQuantization>(7));
+              })},
+      {rpc,
+       "LAYOUT_INT8, quantize_queries with QUERY_QUANTIZATION_FLOAT16",
+       kInvalid,
+       {"quantize_queries is set with query_quantization", "set one of them"},
+       create("n", 8,
+              [](auto* r) {
+                r->set_layout(v1::LAYOUT_INT8);
+                r->set_quantize_queries(true);
+                r->set_query_quantization(v1::QUERY_QUANTIZATION_FLOAT16);
+              })},
+      {rpc,
+       "pool_factor -1",
+       kInvalid,
+       {"pool_factor is -1", "must be in [0, 1024]"},
+       create("n", 8, [](auto* r) { r->set_pool_factor(-1); })},
+      {rpc,
+       "pool_factor 1025",
+       kInvalid,
+       {"pool_factor is 1025", "must be in [0, 1024]"},
+       create("n", 8, [](auto* r) { r->set_pool_factor(1025); })},
   });
 }
 

@@ -309,7 +309,8 @@ TEST_F(ServerTest, AddQueryDeleteQueryMatchesTheReference) {
 }
 
 // CreateCorpus's layout options: LAYOUT_INT8 takes storage_dtype unset or
-// DTYPE_INT8, quantize_queries only goes with it; LAYOUT_PLAID takes
+// DTYPE_INT8, quantize_queries only goes with it (unset: the backend's
+// preference); LAYOUT_PLAID takes
 // plaid_nbits in {1, 2, 4, 8} (0: 2) and refuses another storage_dtype;
 // the plaid fields go only with it. Every refusal names its field, and
 // none leaves a corpus behind.
@@ -395,6 +396,24 @@ TEST_F(ServerTest, Int8LayoutOptionsAreValidatedByName) {
   ASSERT_TRUE(create(v1::LAYOUT_DENSE, v1::DTYPE_BFLOAT16, false, &info).ok());
   EXPECT_EQ(info.storage_dtype(), v1::DTYPE_BFLOAT16);
   EXPECT_FALSE(info.quantize_queries());
+  ASSERT_TRUE(drop());
+  // query_quantization: unspecified takes the backend's preference (the CPU
+  // backend's: float16 queries; GpuInt8Test checks the GPU's); the others
+  // say which.
+  for (v1::QueryQuantization mode :
+       {v1::QUERY_QUANTIZATION_UNSPECIFIED, v1::QUERY_QUANTIZATION_FLOAT16,
+        v1::QUERY_QUANTIZATION_INT8}) {
+    grpc::ClientContext ctx;
+    v1::CreateCorpusRequest req;
+    req.set_name("q");
+    req.set_dim(8);
+    req.set_layout(v1::LAYOUT_INT8);
+    req.set_query_quantization(mode);
+    info.Clear();
+    ASSERT_TRUE(admin_->CreateCorpus(&ctx, req, &info).ok()) << mode;
+    EXPECT_EQ(info.quantize_queries(), mode == v1::QUERY_QUANTIZATION_INT8);
+    ASSERT_TRUE(drop());
+  }
 }
 
 // An int8 corpus through the real services, in both query modes: added

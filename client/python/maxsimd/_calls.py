@@ -321,16 +321,21 @@ def create_corpus_request(name: str, dim: int,
                           layout: Union[str, int, None],
                           placement: Union[str, int, None], normalize: bool,
                           storage_dtype: Union[str, int, None],
-                          quantize_queries: bool, plaid_nbits: int,
-                          plaid_centroids: int) -> Any:
-    return admin_pb2.CreateCorpusRequest(
+                          quantize_queries: Optional[bool], plaid_nbits: int,
+                          plaid_centroids: int, pool_factor: int) -> Any:
+    request = admin_pb2.CreateCorpusRequest(
         name=name, dim=dim,
         layout=enum_value(types_pb2.Layout, "LAYOUT_", layout),
         placement=enum_value(types_pb2.Placement, "PLACEMENT_", placement),
         normalize=normalize,
         storage_dtype=enum_value(types_pb2.DType, "DTYPE_", storage_dtype),
-        quantize_queries=quantize_queries, plaid_nbits=plaid_nbits,
-        plaid_centroids=plaid_centroids)
+        plaid_nbits=plaid_nbits, plaid_centroids=plaid_centroids,
+        pool_factor=pool_factor)
+    if quantize_queries is not None:  # None: the server's choice
+        request.query_quantization = (
+            admin_pb2.QUERY_QUANTIZATION_INT8 if quantize_queries
+            else admin_pb2.QUERY_QUANTIZATION_FLOAT16)
+    return request
 
 
 class DocumentLoad:

@@ -184,14 +184,15 @@ class AsyncClient(ClientBase):
                             placement: Union[str, int, None] = None,
                             normalize: bool = False,
                             storage_dtype: Union[str, int, None] = None,
-                            quantize_queries: bool = False,
+                            quantize_queries: Optional[bool] = None,
                             plaid_nbits: int = 0, plaid_centroids: int = 0,
+                            pool_factor: int = 1,
                             timeout: Optional[float] = None) -> CorpusInfo:
         """``Client.create_corpus`` (not retried)."""
         return await self._call(calls.CREATE_CORPUS, timeout, name, dim,
                                 layout, placement, normalize, storage_dtype,
                                 quantize_queries, plaid_nbits,
-                                plaid_centroids)
+                                plaid_centroids, pool_factor)
 
     async def drop_corpus(self, name: str, *,
                           timeout: Optional[float] = None) -> None:

@@ -255,19 +255,24 @@ class Client(ClientBase):
                       placement: Union[str, int, None] = None,
                       normalize: bool = False,
                       storage_dtype: Union[str, int, None] = None,
-                      quantize_queries: bool = False,
+                      quantize_queries: Optional[bool] = None,
                       plaid_nbits: int = 0, plaid_centroids: int = 0,
+                      pool_factor: int = 1,
                       timeout: Optional[float] = None) -> CorpusInfo:
         """Creates an empty corpus and returns its ``CorpusInfo``.
 
         Enums take short names: layout "dense" | "int8" | "plaid", placement
         "auto" | "gpu" | "host", storage_dtype "float16" | "bfloat16" |
-        "int8". Not retried: a retry after a lost acknowledgement would
+        "int8". ``quantize_queries`` (int8 corpora) left None takes the
+        server's choice (quantised where its backend scores them faster). ``pool_factor`` above 1 pools each added
+        document's n tokens into ceil(n / pool_factor) cluster means. Not
+        retried: a retry after a lost acknowledgement would
         answer ALREADY_EXISTS for the corpus the first attempt created.
         """
         return self._call(calls.CREATE_CORPUS, timeout, name, dim, layout,
                           placement, normalize, storage_dtype,
-                          quantize_queries, plaid_nbits, plaid_centroids)
+                          quantize_queries, plaid_nbits, plaid_centroids,
+                          pool_factor)
 
     def drop_corpus(self, name: str, *,
                     timeout: Optional[float] = None) -> None:

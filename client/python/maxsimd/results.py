@@ -175,6 +175,7 @@ class CorpusInfo:
             to the GPU by every search.
         quantize_queries: LAYOUT_INT8 only: queries quantised too.
         plaid_nbits, plaid_centroids: LAYOUT_PLAID only: the codec.
+        pool_factor: token pooling at ingest (1: every token kept).
     """
 
     name: str
@@ -193,6 +194,7 @@ class CorpusInfo:
     quantize_queries: bool = False
     plaid_nbits: int = 0
     plaid_centroids: int = 0
+    pool_factor: int = 1
 
     @classmethod
     def from_proto(cls, m: Any) -> "CorpusInfo":
@@ -209,7 +211,8 @@ class CorpusInfo:
             num_deleted=m.num_deleted, resident_on=m.resident_on,
             streamed_bytes=m.streamed_bytes,
             quantize_queries=m.quantize_queries, plaid_nbits=m.plaid_nbits,
-            plaid_centroids=m.plaid_centroids)
+            plaid_centroids=m.plaid_centroids,
+            pool_factor=max(1, m.pool_factor))
 
 
 @dataclass(frozen=True)
