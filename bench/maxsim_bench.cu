@@ -317,6 +317,7 @@ constexpr double kPlaidRerankBaselineMs = 9.25;
 // view, which the backend validates) a host copy.
 struct Corpus {
   int64_t docs = 0;
+  int32_t dim = kDim;
   maxsimd::DType dtype = maxsimd::DType::kFloat16;
   std::vector<int64_t> cu;  // host
   void* tokens = nullptr;
@@ -337,9 +338,9 @@ struct Corpus {
   // row's scale.
   int64_t RowBytes() const {
     if (maxsimd::PlaidNbits(dtype) > 0) {
-      return maxsimd::TokenRowBytes(dtype, kDim) + 8;  // + id + scale
+      return maxsimd::TokenRowBytes(dtype, dim) + 8;  // + id + scale
     }
-    return kDim * static_cast<int64_t>(maxsimd::DTypeSize(dtype)) +
+    return dim * static_cast<int64_t>(maxsimd::DTypeSize(dtype)) +
            (dtype == maxsimd::DType::kInt8 ? int64_t{sizeof(float)} : 0);
   }
 
@@ -360,22 +361,23 @@ struct Corpus {
 
 // Document lengths uniform in [min_len, max_len] drawn from `seed`, so two
 // corpora of the same seed (an fp16 shape and its int8 twin) have the same
-// documents.
+// documents. Tokens are `dim` wide (PLAID: kDim only, its codec's width).
 std::unique_ptr<Corpus> MakeCorpus(
     cudaStream_t s, int64_t docs, int min_len, int max_len, uint64_t seed,
-    maxsimd::DType dtype = maxsimd::DType::kFloat16) {
+    maxsimd::DType dtype = maxsimd::DType::kFloat16, int32_t dim = kDim) {
   auto c = std::make_unique<Corpus>();
   c->docs = docs;
+  c->dim = dim;
   c->dtype = dtype;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> len(min_len, max_len);
   c->cu.assign(1, 0);
   for (int64_t d = 0; d < docs; ++d) c->cu.push_back(c->cu.back() + len(rng));
   const int64_t rows = c->cu.back();
-  const int64_t elems = rows * kDim;
+  const int64_t elems = rows * dim;
   const bool plaid = maxsimd::PlaidNbits(dtype) > 0;
   BENCH_CHECK(
-      cudaMalloc(&c->tokens, plaid ? rows * maxsimd::TokenRowBytes(dtype, kDim)
+      cudaMalloc(&c->tokens, plaid ? rows * maxsimd::TokenRowBytes(dtype, dim)
                                    : elems * maxsimd::DTypeSize(dtype)));
   BENCH_CHECK(cudaMalloc(&c->cu_dev, c->cu.size() * sizeof(int64_t)));
   BENCH_CHECK(cudaMemcpy(c->cu_dev, c->cu.data(),
@@ -432,7 +434,7 @@ std::unique_ptr<Corpus> MakeCorpus(
   v.scales = c->scales != nullptr ? c->scales_host.data() : nullptr;
   v.num_docs = docs;
   v.num_tokens = rows;
-  v.dim = kDim;
+  v.dim = dim;
   v.dtype = dtype;
   if (plaid) {
     // The GPU backend reads only the offsets (and tombstones) and the
@@ -528,7 +530,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
   std::vector<std::vector<float>> queries(sets);
   std::vector<std::vector<maxsimd::DocRef>> cands(sets);
   for (int i = 0; i < sets; ++i) {
-    queries[i].resize(static_cast<size_t>(sh.nq) * sh.lq * kDim);
+    queries[i].resize(static_cast<size_t>(sh.nq) * sh.lq * sh.corpus->dim);
     for (float& v : queries[i]) v = u(rng);
     if (sh.candidates > 0) {
       // Distinct documents per query (the server de-duplicates).
@@ -570,7 +572,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
   const double rows_per_token =
       sh.candidates > 0 ? sh.lq : double(sh.nq) * sh.lq;
   r.bytes = tokens * sh.corpus->RowBytes() + (sh.corpus->host ? 0 : docs * 8);
-  r.flops = 2.0 * rows_per_token * kDim * tokens;
+  r.flops = 2.0 * rows_per_token * sh.corpus->dim * tokens;
   const double mem_ms = sh.corpus->host ? r.bytes / (h2d_gbps * 1e9) * 1e3
                                         : r.bytes / (hbm_tbps * 1e12) * 1e3;
   const double cmp_ms =
@@ -585,7 +587,7 @@ Result RunShape(maxsimd::Backend& backend, const Shape& sh, double hbm_tbps,
     p.query_tokens = queries[set].data();
     p.query_offsets = qoff.data();
     p.num_queries = sh.nq;
-    p.dim = kDim;
+    p.dim = sh.corpus->dim;
     p.segments = absl::MakeConstSpan(&sh.corpus->ref, 1);
     p.top_k = topk.data();
     p.quantize_queries = sh.quantize;
@@ -823,6 +825,19 @@ int main(int argc, char** argv) {
     }
     return MakeCorpus(s, docs, 300, 300, seed, dt);
   };
+  // Other widths (answerai-colbert-small's 96; 320, a multimodal
+  // retriever's): fp16 and int8 twins of 300-token documents, fewer at
+  // 320 (about the bytes of the 96-wide corpus).
+  auto width_corpus = [&](const char* part, int64_t docs, int32_t dim,
+                          maxsimd::DType dt) -> std::unique_ptr<Corpus> {
+    if (!any_wanted(part) || !backend->SupportsDType(dt, dim)) return nullptr;
+    return MakeCorpus(s, docs, 300, 300, 16, dt, dim);
+  };
+  auto d96 = width_corpus("_d96", 100000, 96, maxsimd::DType::kFloat16);
+  auto d96_int8 = width_corpus("_d96_int8", 100000, 96, maxsimd::DType::kInt8);
+  auto d320 = width_corpus("_d320", 30000, 320, maxsimd::DType::kFloat16);
+  auto d320_int8 =
+      width_corpus("_d320_int8", 30000, 320, maxsimd::DType::kInt8);
   auto colbert_plaid2 = plaid_corpus("_plaid2", 100000, 11, 2);
   auto colbert_plaid4 = plaid_corpus("_plaid4", 100000, 11, 4);
   auto rerank_plaid = plaid_corpus("plaid_rerank", 25000, 15, 2);
@@ -855,6 +870,14 @@ int main(int argc, char** argv) {
       {"ragged_scan_100k", 1, 32, ragged.get(), 0, 1, 90},
       {"colbert_scan_100k_host", 1, 32, colbert_host.get(), 0, 1, 85},
       {"colbert_rerank_1k_host", 1, 32, colbert_host.get(), 1000, 0, 0},
+      // Widths without the TMA kernel's int8 path (mma.sync, codes widened
+      // in registers): int8 against the fp16 scan of the same width.
+      {"colbert_scan_100k_d96", 1, 32, d96.get(), 0, 0, 0},
+      {"colbert_scan_100k_d96_int8", 1, 32, d96_int8.get(), 0, 3, 1.3},
+      {"colbert_scan_100k_d96_int8q", 1, 32, d96_int8.get(), 0, 3, 1.7, true},
+      {"colbert_scan_30k_d320", 1, 32, d320.get(), 0, 0, 0},
+      {"colbert_scan_30k_d320_int8", 1, 32, d320_int8.get(), 0, 3, 1.3},
+      {"colbert_scan_30k_d320_int8q", 1, 32, d320_int8.get(), 0, 3, 1.7, true},
   };
   std::vector<Result> results;
   for (const Shape& sh : shapes) {

@@ -148,8 +148,9 @@ run() {
     grep -E '^\[  FAILED  \]|Failure|MAXSIMD_TEST_SEED' "$out/$t.log" | head -20 || true
   done
   # The same scoring suites on the mma.sync kernels (the path of widths the
-  # TMA kernel does not take); there the int8 suite checks that int8 is
-  # refused, since only the TMA kernels score it (PLAID alike).
+  # TMA kernel does not take, and of GPUs before Hopper): int8 there on its
+  # codes widened in registers; the PLAID suite checks that PLAID is
+  # refused, since only the TMA kernels score it.
   for t in maxsim_scan_test maxsim_gather_test host_stream_test gpu_int8_test \
     gpu_plaid_test; do
     if MAXSIMD_TEST_KERNELS=mma "$bundle/bin/$t" --gtest_filter="${GTEST_FILTER:-*}" \
@@ -212,7 +213,9 @@ sanitize() {
     sanitize_one $tool maxsim_gather_test \
       'GpuGatherTest.DuplicatesAreScoredAsGivenAndDeletedSkipped'
     sanitize_one $tool topk_test 'GpuTopKTest.KOneHundredAnd4096AndAboveDocumentCount'
-    # Both int8 paths (widened, int8 MMA) and the PLAID decoder.
+    # The int8 paths: the TMA kernel's (widened, int8 MMA) at 64, 128 and
+    # 256, the mma.sync kernels' (codes widened in registers) at the other
+    # widths of the test.
     sanitize_one $tool gpu_int8_test \
       'GpuInt8Test.ScoresFollowTheStatedFormulasExactly:GpuInt8Test.RerankMatchesReferenceWithDuplicatesAndDeletedCandidates'
     # The PLAID scan kernel (ragged, two queries in a tile, a large shift

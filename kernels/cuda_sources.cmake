@@ -12,9 +12,11 @@ target_sources(maxsimd_kernels PRIVATE
   maxsim_scan.cu
   maxsim_scan_fp16.cu
   maxsim_scan_bf16.cu
+  maxsim_scan_int8.cu
   maxsim_gather.cu
   maxsim_gather_fp16.cu
   maxsim_gather_bf16.cu
+  maxsim_gather_int8.cu
   maxsim_tma.cu
   maxsim_tma_fp16.cu
   maxsim_tma_bf16.cu

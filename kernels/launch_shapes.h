@@ -19,12 +19,13 @@ inline int32_t PaddedDim(int32_t dim) { return (dim + 31) / 32 * 32; }
 // One (query, candidate) pair. 16 bytes; the layout is shared with the
 // device code.
 struct GatherRecord {
-  const void* tokens = nullptr;  // device address of the document's token 0
-  int32_t len = 0;               // its token count
-  uint32_t position = 0;         // internal index minus the query's lowest
-                                 // candidate index: the tie-break order
+  const void* tokens = nullptr;   // device address of the document's token 0
+  int32_t len = 0;                // its token count
+  uint32_t position = 0;          // internal index minus the query's lowest
+                                  // candidate index: the tie-break order
+  const float* scales = nullptr;  // int8: the scale of its token 0
 };
-static_assert(sizeof(GatherRecord) == 16, "device layout");
+static_assert(sizeof(GatherRecord) == 24, "device layout");
 
 // A block's work: records [rec_begin, rec_end), all of query `query`.
 struct GatherTile {

@@ -23,11 +23,15 @@
 namespace maxsimd {
 
 struct GatherLaunchParams {
+  // The corpus's dtype: float16, bfloat16, or int8 (queries staged as
+  // float16, each record with its rows' scales).
   DType dtype = DType::kFloat16;
   int32_t dim = 0;
   int32_t dpad = 0;
-  const void* query = nullptr;             // [rows, dpad], dtype
+  const void* query = nullptr;             // [rows, dpad], ScanQueryDType
   const int64_t* query_offsets = nullptr;  // [num_queries + 1]
+  // Int8 with quantised queries: each staged row's scale (null: none).
+  const float* q_scales = nullptr;
   const GatherRecord* records = nullptr;
   const GatherTile* tiles = nullptr;
   int64_t num_tiles = 0;

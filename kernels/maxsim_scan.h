@@ -29,12 +29,24 @@ inline constexpr int kSpecialisedDims[] = {64, 96, 128, 256};
 int ChooseRowTiles(int64_t rows, int32_t dpad);
 
 // One scan launch. All pointers are device memory.
+// The dtype of the staged query rows of the mma.sync kernels for a corpus
+// of `dtype`: its own for float16 and bfloat16, float16 for int8 (rounded,
+// or holding the int8 codes exactly with q_scales).
+inline DType ScanQueryDType(DType dtype) {
+  return dtype == DType::kInt8 ? DType::kFloat16 : dtype;
+}
+
 struct ScanLaunchParams {
-  DType dtype = DType::kFloat16;  // of the corpus and the staged queries
+  // The corpus's dtype: float16, bfloat16 or int8 (with `scales`).
+  DType dtype = DType::kFloat16;
   int32_t dim = 0;
-  int32_t dpad = 0;                    // PaddedDim(dim)
-  const void* query = nullptr;         // [rows_total, dpad], dtype, zero-padded
-  const int32_t* row_query = nullptr;  // [rows_total]: query of each row
+  int32_t dpad = 0;  // PaddedDim(dim)
+  // [rows_total, dpad] of ScanQueryDType(dtype), zero-padded.
+  const void* query = nullptr;
+  // Int8 with quantised queries: each staged row's scale, by which its
+  // maxima are multiplied (null: none).
+  const float* q_scales = nullptr;
+  const int32_t* row_query = nullptr;      // [rows_total]: query of each row
   const int64_t* query_offsets = nullptr;  // [num_queries + 1]
   int64_t rows_total = 0;
   // The segment: tokens [num_tokens, dim], cu_seqlens [num_docs + 1],
@@ -43,6 +55,8 @@ struct ScanLaunchParams {
   // that `tokens` starts at (non-zero when a chunk of a host segment was
   // streamed into a buffer that starts with it).
   const void* tokens = nullptr;
+  // Int8: the rows' scales, indexed like `tokens` (row_base included).
+  const float* scales = nullptr;
   int64_t row_base = 0;
   const int64_t* cu_seqlens = nullptr;
   const uint32_t* tombstones = nullptr;

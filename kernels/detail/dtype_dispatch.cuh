@@ -1,12 +1,13 @@
 // The run-time dtype -> tag-type step that every kernel launcher starts
 // with: float16 and bfloat16 corpora have kernels everywhere, int8 in the
-// TMA kernel, others an error that names the launcher. Also the (dtype, dim,
-// row tiles) -> instance step the two mma.sync launchers (scan and gather)
-// share.
+// mma.sync kernels (widened) and the TMA kernel, others an error that names
+// the launcher. Also the (dtype, dim, row tiles) -> instance step the two
+// mma.sync launchers (scan and gather) share.
 #ifndef MAXSIMD_KERNELS_DETAIL_DTYPE_DISPATCH_CUH_
 #define MAXSIMD_KERNELS_DETAIL_DTYPE_DISPATCH_CUH_
 
 #include <type_traits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,14 @@ absl::Status DispatchDtype(DType dtype, const char* launcher, Fn&& fn) {
   }
 }
 
+// The mma.sync kernels' corpus tags: DispatchDtype's, and Int8Widened for
+// int8 corpora.
+template <typename Fn>
+absl::Status DispatchMmaTag(DType dtype, const char* launcher, Fn&& fn) {
+  if (dtype == DType::kInt8) return fn(Int8Widened{});
+  return DispatchDtype(dtype, launcher, std::forward<Fn>(fn));
+}
+
 // Calls launch(Tag{}, kD, kMT) with kD and kMT as std::integral_constant:
 // the compiled width for p.dim (64, 96, 128, 256, or 0 for any other
 // positive width) and the row tiles p.row_tiles (2 or 8). p is a scan or
@@ -39,7 +48,7 @@ absl::Status DispatchDtype(DType dtype, const char* launcher, Fn&& fn) {
 template <typename Params, typename Launch>
 absl::Status DispatchMmaInstance(const Params& p, const char* launcher,
                                  Launch&& launch) {
-  return DispatchDtype(p.dtype, launcher, [&](auto tag) -> absl::Status {
+  return DispatchMmaTag(p.dtype, launcher, [&](auto tag) -> absl::Status {
     if (p.dpad != PaddedDim(p.dim)) {
       return absl::InvalidArgumentError(
           absl::StrCat(launcher, ": dpad is ", p.dpad, " for dim ", p.dim,

@@ -15,6 +15,12 @@
 
 namespace maxsimd::detail {
 
+// Row `row` of a segment's scales (int8), or null for a layout without.
+__device__ __forceinline__ const float* ScalesAt(const float* scales,
+                                                 int64_t row) {
+  return scales != nullptr ? scales + row : nullptr;
+}
+
 // Documents per scan block: 4 per warp, so a block amortises its pass-tile
 // load over 32 documents while a 100k-document chunk still makes thousands
 // of blocks (load balance over ragged lengths).
@@ -31,6 +37,7 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     MaxSimScanKernel(const ScanLaunchParams p) {
   using Warp = WarpMaxSim<Tag, kD, kMT>;
   using Storage = typename Tag::Storage;
+  using QueryStorage = typename Warp::QueryStorage;
   extern __shared__ uint4 smem_u4[];
   constexpr int kRows = 16 * kMT;
   char* tile = reinterpret_cast<char*>(smem_u4);
@@ -47,8 +54,8 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     const int nrows =
         static_cast<int>(min(static_cast<int64_t>(kRows), p.rows_total - row0));
     __syncthreads();  // every warp is done with the previous pass's tile
-    LoadPassTile<Storage, kMT>(static_cast<const Storage*>(p.query), p.dpad,
-                               row0, nrows, tile);
+    LoadPassTile<QueryStorage, kMT>(static_cast<const QueryStorage*>(p.query),
+                                    p.dpad, row0, nrows, tile);
     for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
       row_q[r] = r < nrows ? p.row_query[row0 + r] : -1;
     }
@@ -74,7 +81,7 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     if (j < j1) {
       t0 = p.cu_seqlens[p.doc_begin + j] - p.row_base;
       len = p.cu_seqlens[p.doc_begin + j + 1] - p.row_base - t0;
-      Warp::Prefetch(tokens + t0 * dim, len, next);
+      Warp::Prefetch(tokens + t0 * dim, ScalesAt(p.scales, t0), len, next);
     }
     while (j < j1) {
       const int64_t jn = next_live(j + kMaxSimWarps);
@@ -84,8 +91,12 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
         lenn = p.cu_seqlens[p.doc_begin + jn + 1] - p.row_base - t0n;
       }
       float rowmax[kMT][2];
-      Warp::Run(tokens + t0 * dim, len, dim, p.dpad, tile, active_mt, next,
-                jn < j1 ? tokens + t0n * dim : nullptr, lenn, rowmax);
+      Warp::Run(tokens + t0 * dim, ScalesAt(p.scales, t0), len, dim, p.dpad,
+                tile, active_mt, next, jn < j1 ? tokens + t0n * dim : nullptr,
+                ScalesAt(p.scales, t0n), lenn, rowmax);
+      if (p.q_scales != nullptr) {
+        ScaleRowMax<kMT>(rowmax, p.q_scales + row0, nrows);
+      }
       if (q_first == q_last) {
         const float s = SumRowsOneQuery<kMT>(rowmax, nrows);
         // The pass holding a query's first row writes, later passes add.
@@ -121,6 +132,7 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     MaxSimGatherKernel(const GatherLaunchParams p) {
   using Warp = WarpMaxSim<Tag, kD, kMT>;
   using Storage = typename Tag::Storage;
+  using QueryStorage = typename Warp::QueryStorage;
   extern __shared__ uint4 smem_u4[];
   constexpr int kRows = 16 * kMT;
   char* tile = reinterpret_cast<char*>(smem_u4);
@@ -135,8 +147,8 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     const int nrows =
         static_cast<int>(min(static_cast<int64_t>(kRows), r1 - row0));
     __syncthreads();
-    LoadPassTile<Storage, kMT>(static_cast<const Storage*>(p.query), p.dpad,
-                               row0, nrows, tile);
+    LoadPassTile<QueryStorage, kMT>(static_cast<const QueryStorage*>(p.query),
+                                    p.dpad, row0, nrows, tile);
     __syncthreads();
     const int active_mt = (nrows + 15) / 16;
     int64_t r = work.rec_begin + warp;
@@ -144,17 +156,21 @@ __global__ void __launch_bounds__(kMaxSimWarps * 32,
     GatherRecord rec;
     if (r < work.rec_end) {
       rec = p.records[r];
-      Warp::Prefetch(static_cast<const Storage*>(rec.tokens), rec.len, next);
+      Warp::Prefetch(static_cast<const Storage*>(rec.tokens), rec.scales,
+                     rec.len, next);
     }
     for (; r < work.rec_end; r += kMaxSimWarps) {
       GatherRecord rec_next;
       if (r + kMaxSimWarps < work.rec_end)
         rec_next = p.records[r + kMaxSimWarps];
       float rowmax[kMT][2];
-      Warp::Run(static_cast<const Storage*>(rec.tokens), rec.len, dim, p.dpad,
-                tile, active_mt, next,
-                static_cast<const Storage*>(rec_next.tokens), rec_next.len,
-                rowmax);
+      Warp::Run(static_cast<const Storage*>(rec.tokens), rec.scales, rec.len,
+                dim, p.dpad, tile, active_mt, next,
+                static_cast<const Storage*>(rec_next.tokens), rec_next.scales,
+                rec_next.len, rowmax);
+      if (p.q_scales != nullptr) {
+        ScaleRowMax<kMT>(rowmax, p.q_scales + row0, nrows);
+      }
       const float s = SumRowsOneQuery<kMT>(rowmax, nrows);
       // The first pass writes, later passes add.
       if (lane == 0) p.scores[r] = row0 == r0 ? s : p.scores[r] + s;

@@ -1,6 +1,7 @@
 // Device primitives shared by the MaxSim kernels: the m16n8k16 tensor-core
-// MMA for fp16 / bf16 with fp32 accumulation, the m16n8k32 int8 MMA, and
-// the 64-bit ranking key.
+// MMA for fp16 / bf16 with fp32 accumulation, the m16n8k32 int8 MMA, int8
+// codes widened exactly to float16, streaming loads, and the 64-bit
+// ranking key.
 //
 // Fragment layout (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //   A (16x16, row): a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)
@@ -36,6 +37,41 @@ struct Bf16 {
 struct Int8Mma {
   using Storage = int8_t;
 };
+
+// An int8 corpus on the mma.sync kernels (detail/maxsim_warp.cuh): each
+// document row is int8 codes with an fp32 scale; the codes are widened
+// exactly to float16 in registers (WidenI8x4) for the float16 MMA, and
+// each cell is multiplied by its token's scale.
+struct Int8Widened {
+  using Storage = int8_t;
+};
+
+// The MMA operand type of a corpus tag: the tag itself for float16 and
+// bfloat16, float16 for the widened int8 codes.
+template <typename Tag>
+struct MmaOperand {
+  using type = Tag;
+};
+template <>
+struct MmaOperand<Int8Widened> {
+  using type = Fp16;
+};
+
+// Four int8 values -> two float16x2 words, exactly. A byte b is placed as
+// the mantissa of 1024 (0x6400) after b ^ 0x80 = b + 128, then 1152 is
+// subtracted.
+__device__ __forceinline__ void WidenI8x4(uint32_t x, uint32_t& lo,
+                                          uint32_t& hi) {
+  x ^= 0x80808080u;
+  const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140);
+  const uint32_t b = __byte_perm(x, 0x64646464u, 0x5342);
+  const __half2 bias =
+      __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
+  const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
+  const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
+  lo = *reinterpret_cast<const uint32_t*>(&ha);
+  hi = *reinterpret_cast<const uint32_t*>(&hb);
+}
 
 // c += a * b for one 16x8x16 tile.
 template <typename Tag>
@@ -84,6 +120,15 @@ __device__ __forceinline__ uint4 LoadStreaming16(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 8-byte global load that bypasses L1 allocation (LoadStreaming16's).
+__device__ __forceinline__ uint2 LoadStreaming8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+               : "=r"(v.x), "=r"(v.y)
                : "l"(p));
   return v;
 }

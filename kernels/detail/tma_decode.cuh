@@ -198,22 +198,6 @@ struct Int8Decode : TmaDecodeBase,
   using TmaQueryRowScales::RowScales;
   using TmaScaledRowMaxima::ScaleRowMaxima;
 
-  // Four int8 values -> two float16x2 words, exactly. A byte b is placed as
-  // the mantissa of 1024 (0x6400) after b ^ 0x80 = b + 128, then 1152 is
-  // subtracted.
-  __device__ __forceinline__ static void WidenI8x4(uint32_t x, uint32_t& lo,
-                                                   uint32_t& hi) {
-    x ^= 0x80808080u;
-    const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140);
-    const uint32_t b = __byte_perm(x, 0x64646464u, 0x5342);
-    const __half2 bias =
-        __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));
-    const __half2 ha = __hsub2(*reinterpret_cast<const __half2*>(&a), bias);
-    const __half2 hb = __hsub2(*reinterpret_cast<const __half2*>(&b), bias);
-    lo = *reinterpret_cast<const uint32_t*>(&ha);
-    hi = *reinterpret_cast<const uint32_t*>(&hb);
-  }
-
   // Widens int8 stage s into the float16 stage `out` (the 128-byte swizzle
   // layout the copy engine writes for float16 corpora) and copies its
   // scales to `to`.

@@ -33,6 +33,7 @@ absl::Status ScoreUnits(SearchRun& run, int64_t u0, int64_t u1) {
   g.dpad = plan.dpad;
   g.query = run.Device<void>(cap.query);
   g.query_offsets = run.Device<int64_t>(cap.query_offsets);
+  g.q_scales = plan.q_scaled ? run.Device<float>(cap.q_scales) : nullptr;
   g.records = run.Device<GatherRecord>(cap.records);
   g.tiles = units + u0;
   g.num_tiles = u1 - u0;
@@ -98,7 +99,12 @@ absl::Status RunGather(SearchRun& run) {
     src.scores = w.scores;
     src.positions = run.Device<uint32_t>(cap.records) +
                     offsetof(GatherRecord, position) / sizeof(uint32_t);
-    src.position_stride = sizeof(GatherRecord) / sizeof(uint32_t);
+    // The TMA path's records are TmaRecords (16 bytes), the mma.sync
+    // path's GatherRecords (24: int8 rows' scales); `position` is at the
+    // same offset in both (launch_shapes.h).
+    src.position_stride =
+        (plan.tma.on ? sizeof(TmaRecord) : sizeof(GatherRecord)) /
+        sizeof(uint32_t);
     src.row_offsets = run.Device<int64_t>(cap.rec_offsets);
     MAXSIMD_RETURN_IF_ERROR(run.Timed([&] {
       return SelectTopK(src, plan.nq, staged.max_row,

@@ -61,10 +61,13 @@ absl::Status ScoreChunk(SearchRun& run, size_t s, int64_t c0, int64_t clen,
     sp.dim = plan.dim;
     sp.dpad = plan.dpad;
     sp.query = run.Device<void>(plan.layout.query);
+    sp.q_scales =
+        plan.q_scaled ? run.Device<float>(plan.layout.q_scales) : nullptr;
     sp.row_query = run.Device<int32_t>(plan.layout.row_query);
     sp.query_offsets = run.Device<int64_t>(plan.layout.query_offsets);
     sp.rows_total = plan.rows;
     sp.tokens = tokens;
+    sp.scales = v.scales;  // int8 (never streamed): rows from row_base 0
     sp.row_base = row_base;
     sp.cu_seqlens = v.cu_seqlens;
     sp.tombstones = v.tombstones;

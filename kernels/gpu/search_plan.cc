@@ -165,15 +165,26 @@ void StageTmaSlots(const SearchParams& p, const SearchPlan& plan, char* in) {
 }
 
 // Row-major query rows padded to dpad with zeros, and each row's query,
-// for the mma.sync kernels.
+// for the mma.sync kernels: in the query dtype, or (int8 with quantised
+// queries) as float16 holding each row's int8 codes, with its scale.
 void StageRowMajorQueries(const SearchParams& p, const SearchPlan& plan,
                           char* in) {
   const InputLayout& cap = plan.layout;
   const int32_t dim = plan.dim, dpad = plan.dpad;
   uint16_t* qdst = reinterpret_cast<uint16_t*>(in + cap.query);
+  float* q_scales = reinterpret_cast<float*>(in + cap.q_scales);
+  std::vector<int8_t> codes(plan.q_scaled ? dim : 0);
+  std::vector<float> code_row(plan.q_scaled ? dim : 0);
   for (int64_t row = 0; row < plan.rows; ++row) {
-    ConvertFromFloat(p.query_tokens + row * dim, dim, plan.dtype,
-                     qdst + row * dpad);
+    const float* src = p.query_tokens + row * dim;
+    if (plan.q_scaled) {
+      const float scale = QuantizeInt8Row(src, dim, codes.data());
+      // A zero row's codes are zeros: any multiplier gives 0.
+      q_scales[row] = scale > 0.f ? scale : 1.f;
+      std::copy(codes.begin(), codes.end(), code_row.begin());
+      src = code_row.data();
+    }
+    ConvertFromFloat(src, dim, plan.query_dtype, qdst + row * dpad);
     std::memset(qdst + row * dpad + dim, 0, (dpad - dim) * 2);
   }
   int32_t* row_query = reinterpret_cast<int32_t*>(in + cap.row_query);
@@ -234,10 +245,13 @@ absl::Status StageRecords(const SearchParams& p, const SearchPlan& plan,
         rec.position = position;
       } else {
         GatherRecord& rec = recs[num_records++];
-        rec.tokens = static_cast<const char*>(seg.resident.tokens) +
-                     t0 * plan.dim * int64_t{2};
+        rec.tokens =
+            static_cast<const char*>(seg.resident.tokens) +
+            t0 * plan.dim * static_cast<int64_t>(DTypeSize(plan.dtype));
         rec.len = len;
         rec.position = position;
+        rec.scales =
+            seg.resident.scales != nullptr ? seg.resident.scales + t0 : nullptr;
       }
     }
     rec_offsets[q + 1] = num_records;
@@ -294,7 +308,8 @@ absl::Status StageRecords(const SearchParams& p, const SearchPlan& plan,
 
 InputLayout InputLayout::Make(int64_t query_bytes, int64_t rows, int32_t nq,
                               int64_t slots, int64_t q_scale_rows,
-                              int64_t records, int64_t tiles) {
+                              int64_t records, int64_t tiles,
+                              int64_t record_bytes) {
   InputLayout l;
   size_t at = 0;
   auto take = [&at](size_t bytes) {
@@ -313,7 +328,7 @@ InputLayout InputLayout::Make(int64_t query_bytes, int64_t rows, int32_t nq,
   l.slot_codes = take(slots * sizeof(const int32_t*));
   l.q_scales = take(q_scale_rows * sizeof(float));
   l.rec_offsets = take((nq + 1) * sizeof(int64_t));
-  l.records = take(records * sizeof(GatherRecord));
+  l.records = take(records * record_bytes);
   l.tiles = take(tiles * sizeof(GatherTile));
   l.end = at;
   return l;
@@ -321,11 +336,13 @@ InputLayout InputLayout::Make(int64_t query_bytes, int64_t rows, int32_t nq,
 
 InputLayout InputLayout::Capacity(const BackendLimits& limits,
                                   int64_t max_query_elements) {
-  return Make(max_query_elements * 2, limits.max_batch_query_tokens,
-              limits.max_batch_queries, kMaxTmaSegments + kStreamBuffers,
-              // Staged rows: at least 64 elements each.
-              max_query_elements / 64, limits.max_batch_candidates,
-              MaxTiles(limits));
+  return Make(
+      max_query_elements * 2, limits.max_batch_query_tokens,
+      limits.max_batch_queries, kMaxTmaSegments + kStreamBuffers,
+      // TMA rows: at least 64 elements each; mma.sync rows: one
+      // per query token.
+      std::max<int64_t>(max_query_elements / 64, limits.max_batch_query_tokens),
+      limits.max_batch_candidates, MaxTiles(limits));
 }
 
 int64_t MaxTiles(const BackendLimits& limits) {
@@ -337,6 +354,14 @@ TmaPlan PlanTma(const SearchParams& p, bool gather, const PlanConfig& config) {
   TmaPlan plan;
   if (!config.use_tma || !TmaSupportsDim(p.dim) ||
       static_cast<int64_t>(p.segments.size()) > kMaxTmaSegments) {
+    return plan;
+  }
+  // The compressed layouts at the widths the TMA kernel decodes whole (the
+  // mma.sync kernels take int8 at the others).
+  const DType dtype = p.segments[0].resident.dtype;
+  if ((dtype == DType::kInt8 && !TmaSupportsInt8Dim(p.dim)) ||
+      (PlaidNbits(dtype) > 0 &&
+       !TmaSupportsPlaidDim(p.dim, PlaidNbits(dtype)))) {
     return plan;
   }
   for (const SegmentRef& seg : p.segments) {
@@ -436,12 +461,20 @@ absl::StatusOr<SearchPlan> PlanSearch(const SearchParams& p,
   plan.tma = PlanTma(p, plan.gather, config);
   plan.int8 = plan.dtype == DType::kInt8;
   plan.plaid = PlaidNbits(plan.dtype) > 0;
-  if ((plan.int8 || plan.plaid) && !plan.tma.on) {
+  if (plan.plaid && !plan.tma.on) {
     return absl::UnimplementedError(absl::StrCat(
-        "GpuBackend::Search: an ", LayoutOfDType(plan.dtype),
+        "GpuBackend::Search: a ", LayoutOfDType(plan.dtype),
         " batch needs the TMA kernel, which this batch exceeds (at most ",
         kMaxTmaSegments, " segments, 2^31 tokens per segment, ",
         config.max_query_elements, " staged query elements)"));
+  }
+  // Int8 off the TMA kernel: the mma.sync kernels widen the codes; they
+  // read resident segments only (host placement keeps int8 corpora on the
+  // device, index/placement).
+  if (plan.int8 && !plan.tma.on && plan.any_streamed) {
+    return absl::UnimplementedError(
+        "GpuBackend::Search: an int8 batch streamed from host memory needs "
+        "the TMA kernel");
   }
   // Int8: queries go to the MMAs as float16, rounded (quantize_queries
   // false) or holding their int8 codes exactly (true), whose row scales the
@@ -452,7 +485,9 @@ absl::StatusOr<SearchPlan> PlanSearch(const SearchParams& p,
   plan.int8_mma = plan.int8 && TmaInt8UsesMma(p.dim, p.quantize_queries);
   plan.plaid_mma = PlanPlaidMma(p, plan, config);
   plan.q_scaled = (plan.int8 && p.quantize_queries) || plan.plaid_mma.on;
-  plan.q_scale_rows = plan.q_scaled ? plan.tma.tiles * plan.tma.tile_rows : 0;
+  plan.q_scale_rows = !plan.q_scaled ? 0
+                      : plan.tma.on  ? plan.tma.tiles * plan.tma.tile_rows
+                                     : plan.rows;
   plan.total_candidates = plan.gather ? p.candidate_offsets[plan.nq] : 0;
   plan.per_unit = RecordsPerUnit(plan, config);
   plan.query_bytes =
@@ -466,7 +501,8 @@ absl::StatusOr<SearchPlan> PlanSearch(const SearchParams& p,
   plan.layout = InputLayout::Make(
       plan.query_bytes, plan.rows, plan.nq, plan.tma.on ? plan.map_slots : 0,
       plan.q_scale_rows, plan.total_candidates,
-      plan.gather ? plan.total_candidates / plan.per_unit + plan.nq : 0);
+      plan.gather ? plan.total_candidates / plan.per_unit + plan.nq : 0,
+      plan.tma.on ? sizeof(TmaRecord) : sizeof(GatherRecord));
   return plan;
 }
 
@@ -486,8 +522,9 @@ absl::StatusOr<StagedInputs> StageRequest(
   std::memcpy(blob + cap.top_k, p.top_k, plan.nq * sizeof(int32_t));
   // One copy up to the last used byte; the only gaps are alignment and the
   // records of deleted candidates.
-  out.used = plan.tma.on ? cap.q_scales + plan.q_scale_rows * sizeof(float)
-                         : cap.top_k + plan.nq * sizeof(int32_t);
+  out.used = plan.tma.on || plan.q_scaled
+                 ? cap.q_scales + plan.q_scale_rows * sizeof(float)
+                 : cap.top_k + plan.nq * sizeof(int32_t);
   if (plan.gather) {
     MAXSIMD_RETURN_IF_ERROR(StageRecords(p, plan, blob, stream_buffers, &out));
     out.used = out.num_units > 0

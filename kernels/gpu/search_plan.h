@@ -53,9 +53,12 @@ struct InputLayout {
   size_t q_scales = 0;
   size_t rec_offsets = 0, records = 0, tiles = 0, end = 0;
 
+  // record_bytes: a gather record's, sizeof(TmaRecord) on the TMA path,
+  // sizeof(GatherRecord) on the mma.sync path and in the capacity layout.
   static InputLayout Make(int64_t query_bytes, int64_t rows, int32_t nq,
                           int64_t slots, int64_t q_scale_rows, int64_t records,
-                          int64_t tiles);
+                          int64_t tiles,
+                          int64_t record_bytes = sizeof(GatherRecord));
   // The capacity layout a worker's blobs are sized for.
   static InputLayout Capacity(const BackendLimits& limits,
                               int64_t max_query_elements);

@@ -90,7 +90,8 @@ TEST(GpuBackendTest, CorpusBudgetRefusesUploadsPastItAndFreesOnRelease) {
 // build carries sm_90a code (cmake/MaxsimdCudaArchs.cmake); a build of
 // compute_80 PTX alone runs on the H100 through the mma.sync kernels. The
 // description names the GPU and, where they do not run, says so, and the
-// int8 layout (theirs alone) is refused.
+// PLAID layout (theirs alone) is refused while int8 is still served (by
+// the mma.sync kernels).
 TEST(GpuBackendTest, HopperKernelsRunWhereTheDeviceAndTheBuildHaveThem) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   cudaDeviceProp prop;
@@ -111,27 +112,23 @@ TEST(GpuBackendTest, HopperKernelsRunWhereTheDeviceAndTheBuildHaveThem) {
       absl::StrContains(backend->description(), "without the Hopper kernels"),
       !expected)
       << backend->description();
-  EXPECT_EQ(backend->SupportsDType(DType::kInt8, 128), expected);
+  EXPECT_EQ(backend->SupportsDType(DType::kPlaid2, 128), expected);
+  EXPECT_TRUE(backend->SupportsDType(DType::kInt8, 128));
   EXPECT_TRUE(backend->SupportsDType(DType::kFloat16, 128));
   EXPECT_FALSE(GpuBackend::TmaKernelsAvailable(GpuBackend::DeviceCount()));
 }
 
-// The int8 kernel takes the TMA path at the widths it widens whole (64,
-// 128, 256): the backend says so when asked, and a search over an int8
-// segment of another width is UNIMPLEMENTED, naming the layout and the
-// width, with the backend left healthy. gpu_int8_test checks the scores.
-TEST(GpuBackendTest, Int8SegmentsOfOtherWidthsAreUnimplemented) {
+// Int8 segments are served at every width: the TMA kernel at the widths
+// it widens whole (64, 128, 256), the mma.sync kernels at the others (80
+// here) and wherever TMA is off. gpu_int8_test checks the scores at many
+// widths; here, one search at 80 matches the oracle.
+TEST(GpuBackendTest, Int8SegmentsOfEveryWidthAreServed) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   auto backend = MakeGpuBackend();
   ASSERT_NE(backend, nullptr);
-  const bool tma = ::maxsimd::testing::TestOptions().use_tma;
-  for (int32_t dim : {64, 128, 256}) {
-    EXPECT_EQ(backend->SupportsDType(DType::kInt8, dim), tma) << dim;
+  for (int32_t dim : {32, 64, 80, 128, 256, 512}) {
+    EXPECT_TRUE(backend->SupportsDType(DType::kInt8, dim)) << dim;
   }
-  EXPECT_FALSE(backend->SupportsDType(DType::kInt8, 80));
-  EXPECT_FALSE(backend->SupportsDType(DType::kInt8, 512));
-  EXPECT_TRUE(backend->SupportsDType(DType::kFloat16, 80));
-  EXPECT_TRUE(backend->SupportsDType(DType::kBFloat16, 80));
   std::mt19937_64 rng(1);
   HostSegment seg = RandomSegment(rng, 10, 1, 5, 80, DType::kInt8, 0);
   DeviceSegment d = Upload(*backend, seg);
@@ -139,11 +136,7 @@ TEST(GpuBackendTest, Int8SegmentsOfOtherWidthsAreUnimplemented) {
   batch.dim = 80;
   batch.refs = {d.ref};
   batch.AddQuery(RandomQuery(rng, 3, 80), 10);
-  std::vector<std::vector<ScoredDoc>> out(1);
-  EXPECT_THAT(
-      backend->Search(batch.Params(), absl::MakeSpan(out), nullptr),
-      StatusIs(absl::StatusCode::kUnimplemented,
-               ::testing::HasSubstr("segments[0] is layout int8 of dim 80")));
+  ::maxsimd::testing::ExpectMatchesReference(*backend, batch, DType::kInt8);
   EXPECT_TRUE(backend->healthy());
 }
 

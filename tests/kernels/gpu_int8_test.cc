@@ -1,13 +1,14 @@
-// The int8 corpus layout on the GPU backend (the TMA kernels' int8 path,
-// through GpuBackend::Search) against the scalar oracle, in both query modes
-// of backend.h's int8 formulas: ragged scans and reranks at the widths the
-// kernel serves, the formulas on hand-worked numbers, and the refusals
-// (UNIMPLEMENTED, backend left healthy) of other widths and of host-placed
-// int8 segments. Skips without a CUDA device.
+// The int8 corpus layout on the GPU backend (through GpuBackend::Search)
+// against the scalar oracle, in both query modes of backend.h's int8
+// formulas: ragged scans and reranks at widths from 7 to 1024, the formulas
+// on hand-worked numbers, and the refusal (UNIMPLEMENTED, backend left
+// healthy) of host-placed int8 segments. The TMA kernel serves 64, 128 and
+// 256, the mma.sync kernels (codes widened in registers) the others.
+// Skips without a CUDA device.
 //
 // MAXSIMD_TEST_KERNELS=mma (bench/run_gpu.sh's second run) turns the TMA
-// kernels off, and with them every int8 width, so there each test checks
-// the refusal instead of skipping: the suite means something in both runs.
+// kernels off, so that there the mma.sync kernels serve every width, as on
+// a GPU before sm_90.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -34,20 +35,12 @@ using ::maxsimd::testing::RandomSegment;
 using ::maxsimd::testing::SharedGpuBackend;
 using ::maxsimd::testing::StatusIs;
 using ::maxsimd::testing::Upload;
-using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
-// The widths the int8 kernel serves.
-constexpr int32_t kInt8Dims[] = {64, 128, 256};
-
-// Whether the backend made with TestOptions() scores int8 segments of
-// width `dim`: only its TMA kernels have an int8 path, at 64, 128 and 256.
-// (The backend also turns TMA off below sm_90, but the build targets
-// sm_90a only, so no kernel runs on such a device at all.)
-bool Int8KernelExpected(int32_t dim) {
-  return ::maxsimd::testing::TestOptions().use_tma &&
-         (dim == 64 || dim == 128 || dim == 256);
-}
+// Widths under test: the TMA kernel's three, the mma.sync kernels' fixed
+// widths (96, and the others where TMA is off) and general path (multiples
+// of 16 and 8, an odd width, up to 1024).
+constexpr int32_t kInt8Dims[] = {7, 32, 64, 80, 96, 128, 200, 256, 320, 1024};
 
 // Query rows the TMA kernel stages for `batch`: each query starts on a
 // 16-row block.
@@ -171,13 +164,8 @@ Batch RerankBatch(std::mt19937_64& rng, const Int8Corpus& corpus, int32_t dim,
   return batch;
 }
 
-// Searches an int8 `batch`: where the kernel serves `dim`, the oracle's
-// ranking (duplicates allowed); elsewhere the refusal naming the layout.
+// Searches an int8 `batch`: the oracle's ranking (duplicates allowed).
 void ExpectInt8Search(Backend& backend, const Batch& batch) {
-  if (!Int8KernelExpected(batch.dim)) {
-    ExpectRefused(backend, batch, HasSubstr("int8"));
-    return;
-  }
   const auto got = GpuSearch(backend, batch.Params());
   const auto want = GpuReferenceSearch(batch, DType::kInt8);
   ASSERT_EQ(got.size(), want.size());
@@ -187,20 +175,25 @@ void ExpectInt8Search(Backend& backend, const Batch& batch) {
   }
 }
 
-TEST(GpuInt8Test, SupportsDTypeNamesExactlyTheKernelWidths) {
+TEST(GpuInt8Test, SupportsDTypeServesEveryWidth) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   Backend& backend = SharedGpuBackend();
-  for (int32_t dim : {7, 32, 64, 80, 96, 128, 192, 200, 256, 512}) {
-    EXPECT_EQ(backend.SupportsDType(DType::kInt8, dim), Int8KernelExpected(dim))
-        << "dim " << dim;
+  for (int32_t dim : {7, 32, 64, 80, 96, 128, 192, 200, 256, 512, 4096}) {
+    EXPECT_TRUE(backend.SupportsDType(DType::kInt8, dim)) << "dim " << dim;
     // The dense layouts are served at every width (mma.sync elsewhere).
     EXPECT_TRUE(backend.SupportsDType(DType::kFloat16, dim)) << "dim " << dim;
     EXPECT_TRUE(backend.SupportsDType(DType::kBFloat16, dim)) << "dim " << dim;
+    // Quantised queries by default where they take the int8 tensor cores.
+    EXPECT_EQ(
+        backend.PrefersQuantizedQueries(dim),
+        ::maxsimd::testing::TestOptions().use_tma && (dim == 128 || dim == 256))
+        << "dim " << dim;
   }
 }
 
 // Scans over ragged segments (empty, one-token, long and deleted
-// documents) at every kernel width, both query modes, both kernel shapes.
+// documents) at every width under test, both query modes, both kernel
+// shapes.
 TEST(GpuInt8Test, RaggedScanMatchesReferenceInBothQueryModes) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   Backend& backend = SharedGpuBackend();
@@ -223,10 +216,6 @@ TEST(GpuInt8Test, RaggedScanMatchesReferenceInBothQueryModes) {
                      << "dim " << dim << " quantize_queries " << quantize
                      << (one_query ? " one query" : " many queries"));
         const Batch batch = ScanBatch(rng, corpus, dim, quantize, one_query);
-        if (!Int8KernelExpected(dim)) {
-          ExpectRefused(backend, batch, HasSubstr("int8"));
-          continue;
-        }
         ExpectMatchesReference(backend, batch, DType::kInt8);
         // Deleted documents are never returned (the comparison above
         // would also pass a deleted document tied with a live one).
@@ -259,7 +248,6 @@ TEST(GpuInt8Test, RerankMatchesReferenceWithDuplicatesAndDeletedCandidates) {
                      << " queries " << nq);
         const Batch batch = RerankBatch(rng, corpus, dim, quantize, nq);
         ExpectInt8Search(backend, batch);
-        if (!Int8KernelExpected(dim)) continue;
         // The first query with duplicates gets every copy of long document
         // (2, 0) back, each scored.
         const auto got = GpuSearch(backend, batch.Params());
@@ -330,10 +318,6 @@ TEST(GpuInt8Test, ScoresFollowTheStatedFormulasExactly) {
         std::copy(row.begin(), row.end(), query.begin());
         batch.AddQuery(query, 1);
       }
-      if (!Int8KernelExpected(dim)) {
-        ExpectRefused(backend, batch, HasSubstr("int8"));
-        continue;
-      }
       const std::vector<float> want =
           quantize ? std::vector<float>{8160.5f, 0.f,
                                         (odd / 127.f) * (0.5f * 16129.f),
@@ -350,47 +334,10 @@ TEST(GpuInt8Test, ScoresFollowTheStatedFormulasExactly) {
   }
 }
 
-// Widths without an int8 kernel, including ones the dense TMA kernel takes
-// (80, 96, 192): SupportsDType says no, and scans and reranks in both
-// modes are UNIMPLEMENTED naming the layout; the backend then still serves
-// a dense batch.
-TEST(GpuInt8Test, WidthsWithoutTheKernelAreUnimplemented) {
-  MAXSIMD_SKIP_WITHOUT_GPU();
-  Backend& backend = SharedGpuBackend();
-  std::mt19937_64 rng(::maxsimd::testing::TestSeed());
-  for (int32_t dim : {80, 96, 32, 192, 512}) {
-    SCOPED_TRACE(::testing::Message() << "dim " << dim);
-    EXPECT_FALSE(backend.SupportsDType(DType::kInt8, dim));
-    HostSegment seg = RandomSegment(rng, 30, 0, 20, dim, DType::kInt8, 0);
-    seg.Delete(4);
-    const DeviceSegment d = Upload(backend, seg);
-    for (bool quantize : {false, true}) {
-      Batch batch;
-      batch.dim = dim;
-      batch.quantize_queries = quantize;
-      batch.refs = {d.ref};
-      batch.AddQuery(RandomQuery(rng, 32, dim), 10);
-      ExpectRefused(backend, batch, HasSubstr("int8"));
-      batch.cand_offsets = {0};
-      batch.candidates = {{0, 1}, {0, 2}, {0, 4}};
-      batch.cand_offsets.push_back(3);
-      ExpectRefused(backend, batch, HasSubstr("int8"));
-    }
-  }
-  HostSegment dense = RandomSegment(rng, 40, 1, 30, 96, DType::kFloat16, 0);
-  const DeviceSegment d = Upload(backend, dense);
-  Batch batch;
-  batch.dim = 96;
-  batch.refs = {d.ref};
-  batch.AddQuery(RandomQuery(rng, 20, 96), 15);
-  ExpectMatchesReference(backend, batch, DType::kFloat16);
-}
-
 // A host-placed (Backend::Pin) int8 segment has no streaming path: scans
 // and reranks that include one, alone or beside resident ones, are
 // UNIMPLEMENTED naming the placement; the resident segments alone are then
-// still served. Where the width has no kernel either (the mma run), the
-// refusal may name either reason.
+// still served.
 TEST(GpuInt8Test, HostPlacedSegmentsAreUnimplemented) {
   MAXSIMD_SKIP_WITHOUT_GPU();
   Backend& backend = SharedGpuBackend();
@@ -399,11 +346,7 @@ TEST(GpuInt8Test, HostPlacedSegmentsAreUnimplemented) {
   const Int8Corpus corpus = MakeInt8Corpus(backend, rng, kDim);
   const DeviceSegment streamed = Upload(backend, corpus.host[0], true);
   ASSERT_TRUE(streamed.ref.streamed);
-  const ::testing::Matcher<std::string> why =
-      Int8KernelExpected(kDim)
-          ? ::testing::Matcher<std::string>(HasSubstr("host"))
-          : ::testing::Matcher<std::string>(
-                AnyOf(HasSubstr("int8"), HasSubstr("host")));
+  const ::testing::Matcher<std::string> why = HasSubstr("host");
   const std::vector<SegmentRef> resident = corpus.Refs();
   const std::vector<std::vector<SegmentRef>> mixes = {
       {streamed.ref},

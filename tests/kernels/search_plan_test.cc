@@ -151,15 +151,60 @@ TEST(SearchPlanTest, TmaOffWhenTheTilesExceedTheQueryBuffer) {
   EXPECT_FALSE(plan->tma.on);
 }
 
-TEST(SearchPlanTest, Int8AndPlaidWithoutTheTmaKernelAreUnimplemented) {
-  FakeSegment seg(4, 3, 128, 0, DType::kInt8);
-  SearchBatch b = Queries(128, {4});
-  b.refs = {seg.ref};
-  absl::StatusOr<SearchPlan> plan = PlanSearch(b.Params(), Config(false));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(plan.status().message().find("TMA kernel"), std::string::npos)
-      << plan.status();
+// PLAID without the TMA kernel is UNIMPLEMENTED; int8 takes the mma.sync
+// kernels there (and at widths the TMA kernel does not widen, 96 here):
+// row-major float16 rows, with quantised queries holding their codes and
+// each row's scale in the copied part of the blob, and gather records
+// pointing at each candidate's codes and scales.
+TEST(SearchPlanTest, Int8WithoutTheTmaKernelTakesTheMmaSyncKernels) {
+  FakeSegment plaid(4, 3, 128, 0, DType::kPlaid2);
+  SearchBatch pb = Queries(128, {4});
+  pb.refs = {plaid.ref};
+  absl::StatusOr<SearchPlan> refused = PlanSearch(pb.Params(), Config(false));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("TMA kernel"), std::string::npos)
+      << refused.status();
+
+  for (const auto& [dim, tma] : {std::pair<int32_t, bool>{128, false},
+                                 std::pair<int32_t, bool>{96, true}}) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim << " tma " << tma);
+    FakeSegment seg(6, 3, dim, 40, DType::kInt8);
+    for (size_t i = 0; i < seg.scales.size(); ++i) seg.scales[i] = 0.5f + i;
+    SearchBatch b = Queries(dim, {2, 3});
+    b.quantize_queries = true;
+    b.refs = {seg.ref};
+    b.cand_offsets = {0, 1, 2};
+    b.candidates = {{0, 4}, {0, 1}};
+    const SearchParams p = b.Params();
+    absl::StatusOr<SearchPlan> plan = PlanSearch(p, Config(tma));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_FALSE(plan->tma.on);
+    EXPECT_TRUE(plan->q_scaled);
+    EXPECT_EQ(plan->q_scale_rows, 5);
+    EXPECT_EQ(plan->query_dtype, DType::kFloat16);
+    std::vector<char> blob(plan->layout.end, 0);
+    absl::StatusOr<StagedInputs> staged =
+        StageRequest(p, *plan, blob.data(), kNoBuffers);
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    // Query q's rows are q + 1 everywhere: codes 127, scale (q + 1) / 127.
+    const float* q_scales =
+        reinterpret_cast<const float*>(blob.data() + plan->layout.q_scales);
+    EXPECT_FLOAT_EQ(q_scales[0], 1.f / 127.f);
+    EXPECT_FLOAT_EQ(q_scales[4], 2.f / 127.f);
+    const uint16_t* rows =
+        reinterpret_cast<const uint16_t*>(blob.data() + plan->layout.query);
+    EXPECT_EQ(HalfToFloat(rows[3 * plan->dpad]), 127.f);
+    EXPECT_EQ(HalfToFloat(rows[3 * plan->dpad + dim - 1]), 127.f);
+    EXPECT_GE(staged->used, plan->layout.q_scales + 5 * sizeof(float));
+    const GatherRecord* recs = reinterpret_cast<const GatherRecord*>(
+        blob.data() + plan->layout.records);
+    EXPECT_EQ(recs[0].tokens,
+              reinterpret_cast<const char*>(seg.tokens.data()) + 12 * dim);
+    EXPECT_EQ(recs[0].scales, seg.scales.data() + 12);
+    EXPECT_EQ(recs[1].scales, seg.scales.data() + 3);
+    EXPECT_EQ(recs[1].len, 3);
+  }
 }
 
 TEST(SearchPlanTest, GatherRecordsSkipDeletedCandidatesAndUsePositions) {
@@ -189,12 +234,17 @@ TEST(SearchPlanTest, GatherRecordsSkipDeletedCandidatesAndUsePositions) {
         blob.data() + plan->layout.rec_offsets);
     EXPECT_EQ(std::vector<int64_t>(rec_offsets, rec_offsets + 3),
               (std::vector<int64_t>{0, 2, 3}));
-    // Positions: index - the query's lowest candidate index.
+    // Positions: index - the query's lowest candidate index, in records of
+    // the path's kind.
     const GatherRecord* recs = reinterpret_cast<const GatherRecord*>(
         blob.data() + plan->layout.records);
-    EXPECT_EQ(recs[0].position, 0u);          // 107 - 107
-    EXPECT_EQ(recs[1].position, 501u - 107);  // seg1 doc 1
-    EXPECT_EQ(recs[2].position, 0u);          // 102 - 102
+    auto position = [&](int i) {
+      return tma ? reinterpret_cast<const TmaRecord*>(recs)[i].position
+                 : recs[i].position;
+    };
+    EXPECT_EQ(position(0), 0u);          // 107 - 107
+    EXPECT_EQ(position(1), 501u - 107);  // seg1 doc 1
+    EXPECT_EQ(position(2), 0u);          // 102 - 102
     if (tma) {
       const TmaRecord* t = reinterpret_cast<const TmaRecord*>(recs);
       EXPECT_EQ(t[0].row, 28);

@@ -1,0 +1,6 @@
+// Explicit instantiations of the gather kernels for int8 corpora (codes
+// widened to float16 in registers), every (dim, row-tile) bucket.
+#include "kernels/detail/maxsim_kernels.cuh"
+
+MAXSIMD_INSTANTIATE_MAXSIM(LaunchGatherTyped, maxsimd::GatherLaunchParams,
+                           maxsimd::detail::Int8Widened);
