@@ -5,7 +5,8 @@
 //
 // What is computed, for one document of n tokens [n, dim]:
 //   distances  d(i, j) = 1 - cos(t_i, t_j): the dot product (an fp32 sum in
-//              dimension order) over the product of the two L2 norms
+//              dimension order, each product rounded: no fused multiply-add
+//              on any target) over the product of the two L2 norms
 //              (double); a zero token has cosine 0 with every token.
 //   tree       Ward linkage on those dissimilarities, exactly as
 //              scipy.cluster.hierarchy.linkage(condensed d, method="ward")
