@@ -433,6 +433,33 @@ class TlsTest(unittest.TestCase):
 
 class AdminTest(Fixture):
 
+    def test_query_quantization_and_pool_factor(self) -> None:
+        # An explicit query mode goes to an int8 corpus; None takes the
+        # server's choice (the CPU backend's: float16 queries); False means
+        # nothing for a dense corpus and True is refused there.
+        for q, want in ((None, False), (False, False), (True, True)):
+            name = f"py_q8_{q}"
+            info = self.client.create_corpus(name, 8, layout="int8",
+                                             quantize_queries=q)
+            self.assertEqual(info.quantize_queries, want, q)
+            self.client.drop_corpus(name)
+        info = self.client.create_corpus("py_dense_q", 8,
+                                         quantize_queries=False)
+        self.assertFalse(info.quantize_queries)
+        self.client.drop_corpus("py_dense_q")
+        with self.assertRaises(maxsimd.InvalidArgumentError):
+            self.client.create_corpus("py_dense_q", 8, quantize_queries=True)
+        # Pooling: 5 tokens keep ceil(5 / 2) = 3, 1 keeps 1.
+        info = self.client.create_corpus("py_pooled", 8, pool_factor=2)
+        self.assertEqual(info.pool_factor, 2)
+        rng = np.random.default_rng(3)
+        docs = [rng.standard_normal((n, 8)).astype(np.float32)
+                for n in (5, 1)]
+        added = self.client.add_documents("py_pooled", ["a", "b"], docs)
+        self.assertEqual(added.corpus.num_tokens, 4)
+        self.assertEqual(self.client.get_corpus("py_pooled").pool_factor, 2)
+        self.client.drop_corpus("py_pooled")
+
     def test_corpus_lifecycle(self) -> None:
         name = "py_admin"
         info = self.client.create_corpus(name, 8, storage_dtype="bfloat16",

@@ -331,10 +331,15 @@ def create_corpus_request(name: str, dim: int,
         storage_dtype=enum_value(types_pb2.DType, "DTYPE_", storage_dtype),
         plaid_nbits=plaid_nbits, plaid_centroids=plaid_centroids,
         pool_factor=pool_factor)
-    if quantize_queries is not None:  # None: the server's choice
+    # None: the server's choice. An explicit choice goes to an int8 corpus
+    # only; with another layout False means nothing and True is refused by
+    # the server, naming quantize_queries.
+    if quantize_queries is not None and request.layout == types_pb2.LAYOUT_INT8:
         request.query_quantization = (
             admin_pb2.QUERY_QUANTIZATION_INT8 if quantize_queries
             else admin_pb2.QUERY_QUANTIZATION_FLOAT16)
+    elif quantize_queries:
+        request.quantize_queries = True
     return request
 
 
