@@ -16,8 +16,8 @@ namespace maxsimd {
 // k-slab of the kernels; the padding columns are zero.
 inline int32_t PaddedDim(int32_t dim) { return (dim + 31) / 32 * 32; }
 
-// One (query, candidate) pair. 16 bytes; the layout is shared with the
-// device code.
+// One (query, candidate) pair of the mma.sync gather. 24 bytes; the layout
+// is shared with the device code.
 struct GatherRecord {
   const void* tokens = nullptr;   // device address of the document's token 0
   int32_t len = 0;                // its token count

@@ -28,7 +28,8 @@ struct GatherLaunchParams {
   DType dtype = DType::kFloat16;
   int32_t dim = 0;
   int32_t dpad = 0;
-  const void* query = nullptr;             // [rows, dpad], ScanQueryDType
+  // [rows, dpad]: as ScanLaunchParams::query.
+  const void* query = nullptr;
   const int64_t* query_offsets = nullptr;  // [num_queries + 1]
   // Int8 with quantised queries: each staged row's scale (null: none).
   const float* q_scales = nullptr;

@@ -29,19 +29,13 @@ inline constexpr int kSpecialisedDims[] = {64, 96, 128, 256};
 int ChooseRowTiles(int64_t rows, int32_t dpad);
 
 // One scan launch. All pointers are device memory.
-// The dtype of the staged query rows of the mma.sync kernels for a corpus
-// of `dtype`: its own for float16 and bfloat16, float16 for int8 (rounded,
-// or holding the int8 codes exactly with q_scales).
-inline DType ScanQueryDType(DType dtype) {
-  return dtype == DType::kInt8 ? DType::kFloat16 : dtype;
-}
-
 struct ScanLaunchParams {
   // The corpus's dtype: float16, bfloat16 or int8 (with `scales`).
   DType dtype = DType::kFloat16;
   int32_t dim = 0;
   int32_t dpad = 0;  // PaddedDim(dim)
-  // [rows_total, dpad] of ScanQueryDType(dtype), zero-padded.
+  // [rows_total, dpad], zero-padded: of `dtype`, or float16 for int8
+  // (rounded, or holding the int8 codes exactly with q_scales).
   const void* query = nullptr;
   // Int8 with quantised queries: each staged row's scale, by which its
   // maxima are multiplied (null: none).

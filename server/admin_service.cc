@@ -28,8 +28,9 @@
 namespace maxsimd {
 namespace {
 
-absl::StatusOr<CorpusConfig> ConfigFromRequest(
-    const v1::CreateCorpusRequest& r) {
+// The corpus `r` asks for; `backend` decides what `r` leaves to the server.
+absl::StatusOr<CorpusConfig> ConfigFromRequest(const v1::CreateCorpusRequest& r,
+                                               const Backend& backend) {
   CorpusConfig c;
   c.name = r.name();
   c.dim = r.dim();
@@ -106,16 +107,13 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
     MAXSIMD_ASSIGN_OR_RETURN(c.storage_dtype,
                              DecodeDType(r.storage_dtype(), "storage_dtype"));
   }
-  // QUERY_QUANTIZATION_UNSPECIFIED: the backend's preference, which
-  // CreateCorpus fills in.
   const bool mode_set =
       r.query_quantization() != v1::QUERY_QUANTIZATION_UNSPECIFIED;
   if (mode_set && c.layout != Layout::kInt8) {
     return absl::InvalidArgumentError(
         "query_quantization is set; it is only valid with LAYOUT_INT8");
   }
-  if (r.query_quantization() != v1::QUERY_QUANTIZATION_UNSPECIFIED &&
-      r.query_quantization() != v1::QUERY_QUANTIZATION_FLOAT16 &&
+  if (mode_set && r.query_quantization() != v1::QUERY_QUANTIZATION_FLOAT16 &&
       r.query_quantization() != v1::QUERY_QUANTIZATION_INT8) {
     return absl::InvalidArgumentError(
         absl::StrCat("query_quantization is ", r.query_quantization(),
@@ -127,8 +125,11 @@ absl::StatusOr<CorpusConfig> ConfigFromRequest(
         "quantize_queries is set with query_quantization "
         "QUERY_QUANTIZATION_FLOAT16; set one of them");
   }
+  // Neither field set on an int8 corpus: the backend's preference.
   c.quantize_queries = r.quantize_queries() ||
-                       r.query_quantization() == v1::QUERY_QUANTIZATION_INT8;
+                       r.query_quantization() == v1::QUERY_QUANTIZATION_INT8 ||
+                       (c.layout == Layout::kInt8 && !mode_set &&
+                        backend.PrefersQuantizedQueries(c.dim));
   if (r.pool_factor() < 0 || r.pool_factor() > kMaxTokenPoolFactor) {
     return absl::InvalidArgumentError(
         absl::StrCat("pool_factor is ", r.pool_factor(), ", must be in [0, ",
@@ -483,12 +484,8 @@ grpc::ServerUnaryReactor* AdminService::CreateCorpus(
   auto* reactor = ctx->DefaultReactor();
   if (Refused(ctx, reactor, "CreateCorpus", arrival)) return reactor;
   absl::Status status = [&]() -> absl::Status {
-    MAXSIMD_ASSIGN_OR_RETURN(CorpusConfig config, ConfigFromRequest(*request));
-    if (config.layout == Layout::kInt8 && !request->quantize_queries() &&
-        request->query_quantization() == v1::QUERY_QUANTIZATION_UNSPECIFIED) {
-      config.quantize_queries =
-          corpora_->backend()->PrefersQuantizedQueries(config.dim);
-    }
+    MAXSIMD_ASSIGN_OR_RETURN(CorpusConfig config,
+                             ConfigFromRequest(*request, *corpora_->backend()));
     MAXSIMD_ASSIGN_OR_RETURN(std::shared_ptr<Corpus> corpus,
                              corpora_->Create(config));
     DescribeCorpus(*corpus, corpora_->backend()->name(), response);

@@ -95,6 +95,17 @@ int64_t RecordsPerUnit(const SearchPlan& plan, const PlanConfig& config) {
                                 std::max<int64_t>(cap_tiles, 1));
 }
 
+// Quantises query row `src` [dim] like an int8 corpus's rows into `codes`
+// and returns the multiplier of its row maxima: its scale, or 1 for a zero
+// row (its codes are zeros: any multiplier gives 0). With `as_float`, the
+// codes are also written there as fp32 values, for staging as float16.
+float QuantizeQueryRow(const float* src, int32_t dim, int8_t* codes,
+                       float* as_float) {
+  const float scale = QuantizeInt8Row(src, dim, codes);
+  if (as_float != nullptr) std::copy(codes, codes + dim, as_float);
+  return scale > 0.f ? scale : 1.f;
+}
+
 // Stages the query rows in the TMA kernel's swizzled tiles (as the corpus
 // dtype, or as int8 codes with a scale per row), with each query's first
 // block and tile.
@@ -121,9 +132,11 @@ void StageTmaQueries(const SearchParams& p, const SearchPlan& plan, char* in) {
       const float* src = p.query_tokens + (p.query_offsets[q] + i) * dim;
       const int64_t row = tma.place[q] + i;
       if (plan.q_scaled) {
-        const float scale = QuantizeInt8Row(src, dim, codes.data());
-        // A zero row's codes are zeros: any multiplier gives 0.
-        q_scales[row] = scale > 0.f ? scale : 1.f;
+        // The int8 MMA reads the codes themselves; the float16 MMA their
+        // values.
+        const bool codes_only = plan.int8_mma || plan.plaid_mma.on;
+        q_scales[row] = QuantizeQueryRow(
+            src, dim, codes.data(), codes_only ? nullptr : code_row.data());
         if (plan.plaid_mma.on) {
           // The row's factor, and its float16 values for the table.
           q_scales[row] *= plan.plaid_mma.step;
@@ -132,12 +145,11 @@ void StageTmaQueries(const SearchParams& p, const SearchPlan& plan, char* in) {
                                in + cap.query + plan.plaid_mma.rows_offset) +
                                row * dim);
         }
-        if (plan.int8_mma || plan.plaid_mma.on) {
+        if (codes_only) {
           StageTmaQueryRow(reinterpret_cast<const uint16_t*>(codes.data()),
                            dim / 2, tma.dpad / 2, row, tma.tile_rows, tiles);
           continue;
         }
-        std::copy(codes.begin(), codes.end(), code_row.begin());
         src = code_row.data();
       }
       ConvertFromFloat(src, dim, plan.query_dtype, row_buf.data());
@@ -178,10 +190,7 @@ void StageRowMajorQueries(const SearchParams& p, const SearchPlan& plan,
   for (int64_t row = 0; row < plan.rows; ++row) {
     const float* src = p.query_tokens + row * dim;
     if (plan.q_scaled) {
-      const float scale = QuantizeInt8Row(src, dim, codes.data());
-      // A zero row's codes are zeros: any multiplier gives 0.
-      q_scales[row] = scale > 0.f ? scale : 1.f;
-      std::copy(codes.begin(), codes.end(), code_row.begin());
+      q_scales[row] = QuantizeQueryRow(src, dim, codes.data(), code_row.data());
       src = code_row.data();
     }
     ConvertFromFloat(src, dim, plan.query_dtype, qdst + row * dpad);
