@@ -93,12 +93,14 @@ class E2eTest : public ::testing::Test {
 
 // The reference ranking of `query` over the generated files, minus deleted.
 // With `int8`, over the files' tokens quantised as an int8 corpus stores
-// them (kernels/quantize.h), queries rounded or `quantize`d.
+// them (kernels/quantize.h), queries rounded or `quantize`d. With
+// `pool_factor` above 1, over each document pooled (PoolTokenBatch, not
+// normalised) and rounded to float16, as a dense pooling corpus stores it.
 std::vector<std::pair<std::string, float>> Reference(
     const std::filesystem::path& dir, const std::vector<float>& query, int dim,
     int top_k, const std::vector<std::string>& candidates,
     const std::set<std::string>& deleted, bool int8 = false,
-    bool quantize = false) {
+    bool quantize = false, int32_t pool_factor = 1) {
   NpyArray tokens = ReadNpy(dir / "tokens.npy").value();
   std::vector<int64_t> cu =
       NpyToInt64(ReadNpy(dir / "cu_seqlens.npy").value(), "cu").value();
@@ -112,6 +114,29 @@ std::vector<std::pair<std::string, float>> Reference(
   seg.num_docs = static_cast<int64_t>(ids.size());
   seg.num_tokens = cu.back();
   seg.dim = dim;
+  std::vector<float> pooled;
+  std::vector<int64_t> pooled_cu;
+  std::vector<uint16_t> pooled16;
+  if (pool_factor > 1) {
+    std::vector<float> values(static_cast<size_t>(seg.num_tokens) * dim);
+    ConvertToFloat(seg.tokens, seg.dtype, 0,
+                   static_cast<int64_t>(values.size()), values.data());
+    EXPECT_TRUE(PoolTokenBatch(values, cu, dim, {pool_factor, false}, nullptr,
+                               &pooled, &pooled_cu)
+                    .ok());
+    int64_t kept = 0;  // ceil(n / pool_factor) per document
+    for (size_t i = 0; i + 1 < cu.size(); ++i) {
+      kept += (cu[i + 1] - cu[i] + pool_factor - 1) / pool_factor;
+    }
+    EXPECT_EQ(pooled_cu.back(), kept);
+    pooled16.resize(pooled.size());
+    ConvertFromFloat(pooled.data(), static_cast<int64_t>(pooled.size()),
+                     DType::kFloat16, pooled16.data());
+    seg.tokens = pooled16.data();
+    seg.dtype = DType::kFloat16;
+    seg.cu_seqlens = pooled_cu.data();
+    seg.num_tokens = pooled_cu.back();
+  }
   std::vector<int8_t> codes;
   std::vector<float> scales;
   if (int8) {
@@ -531,44 +556,14 @@ TEST_F(E2eTest, PooledCorpusThroughAddImportAndRestart) {
   const std::vector<float> tokens = NpyToFloat32(tokens_npy, "tokens").value();
   const std::vector<int64_t> cu =
       NpyToInt64(ReadNpy(dir_ / "cu_seqlens.npy").value(), "cu").value();
-  std::vector<std::string> ids;
-  {
-    std::ifstream in(dir_ / "ids.txt");
-    for (std::string line; std::getline(in, line);) ids.push_back(line);
-  }
-  std::vector<float> pooled;
-  std::vector<int64_t> pooled_cu;
-  ASSERT_TRUE(
-      PoolTokenBatch(tokens, cu, 32, {2, false}, nullptr, &pooled, &pooled_cu)
-          .ok());
   int64_t want_tokens = 0;
   for (size_t i = 0; i + 1 < cu.size(); ++i) {
     want_tokens += (cu[i + 1] - cu[i] + 1) / 2;
   }
-  ASSERT_EQ(pooled_cu.back(), want_tokens);
-  std::vector<uint16_t> pooled16(pooled.size());
-  ConvertFromFloat(pooled.data(), static_cast<int64_t>(pooled.size()),
-                   DType::kFloat16, pooled16.data());
-  SegmentView seg;
-  seg.tokens = pooled16.data();
-  seg.dtype = DType::kFloat16;
-  seg.cu_seqlens = pooled_cu.data();
-  seg.num_docs = static_cast<int64_t>(ids.size());
-  seg.num_tokens = pooled_cu.back();
-  seg.dim = 32;
   NpyArray q = ReadNpy(dir_ / "query_0.npy").value();
   const std::vector<float> query = NpyToFloat32(q, "query").value();
-  std::vector<std::pair<std::string, float>> reference;
-  for (int64_t i = 0; i < seg.num_docs; ++i) {
-    reference.emplace_back(
-        ids[i], static_cast<float>(ReferenceScore(
-                    query.data(), static_cast<int64_t>(query.size()) / 32, seg,
-                    i, false)));
-  }
-  std::stable_sort(
-      reference.begin(), reference.end(),
-      [](const auto& a, const auto& b) { return a.second > b.second; });
-  reference.resize(20);
+  const std::vector<std::pair<std::string, float>> reference =
+      Reference(dir_, query, 32, 20, {}, {}, false, false, /*pool_factor=*/2);
 
   auto info_has = [](const std::string& json, const std::string& field) {
     return json.find(field) != std::string::npos;
